@@ -1,0 +1,151 @@
+// Header-only C++ layer over the C API: TensorView (a tigon_tensor that owns its shape and strides), exceptions
+// instead of status codes, and Buffer, an owning allocation for workspaces and examples (host memory, or device
+// memory when <cuda_runtime.h> is included before this header).
+#pragma once
+
+#include <cstdlib>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tigon/rms_norm.h"
+#include "tigon/error.hpp"
+#include "tigon/tigon.h"
+
+namespace tigon {
+
+inline void check(tigon_status_t status) {
+  if (status != TIGON_SUCCESS) throw Error(status, tigon_last_error());
+}
+
+namespace dtype {
+constexpr tigon_dtype float32{TIGON_DTYPE_CODE_FLOAT, 32, 1};
+constexpr tigon_dtype float16{TIGON_DTYPE_CODE_FLOAT, 16, 1};
+constexpr tigon_dtype bfloat16{TIGON_DTYPE_CODE_BFLOAT, 16, 1};
+constexpr tigon_dtype int32{TIGON_DTYPE_CODE_INT, 32, 1};
+constexpr tigon_dtype int64{TIGON_DTYPE_CODE_INT, 64, 1};
+}  // namespace dtype
+
+constexpr tigon_device cpu() { return {TIGON_DEVICE_CPU, 0}; }
+constexpr tigon_device cuda(int id = 0) { return {TIGON_DEVICE_CUDA, id}; }
+
+// A non-owning view of a tensor's data that owns its shape and strides (strides in elements; empty = contiguous).
+class TensorView {
+ public:
+  TensorView(void* data, std::vector<int64_t> shape, tigon_dtype dt, tigon_device dev = cpu(),
+             std::vector<int64_t> strides = {})
+      : shape_(std::move(shape)), strides_(std::move(strides)) {
+    if (!strides_.empty() && strides_.size() != shape_.size())
+      throw std::invalid_argument("TensorView: strides must have one entry per dimension");
+    t_.data = data;
+    t_.device = dev;
+    t_.ndim = int32_t(shape_.size());
+    t_.dtype = dt;
+    t_.byte_offset = 0;
+    relink();
+  }
+  TensorView(const TensorView& o) : t_(o.t_), shape_(o.shape_), strides_(o.strides_) { relink(); }
+  TensorView& operator=(const TensorView& o) {
+    t_ = o.t_;
+    shape_ = o.shape_;
+    strides_ = o.strides_;
+    relink();
+    return *this;
+  }
+
+  const tigon_tensor* get() const { return &t_; }
+  operator const tigon_tensor*() const { return &t_; }
+  void* data() const { return t_.data; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : shape_) n *= s;
+    return n;
+  }
+
+ private:
+  void relink() {
+    t_.shape = shape_.data();
+    t_.strides = strides_.empty() ? nullptr : strides_.data();
+  }
+  tigon_tensor t_{};
+  std::vector<int64_t> shape_, strides_;
+};
+
+// Owning memory: host (malloc) or, when the CUDA runtime header is visible, device (cudaMalloc).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(size_t bytes, tigon_device dev) : bytes_(bytes), dev_(dev) {
+    if (bytes == 0) return;
+    if (dev.device_type == TIGON_DEVICE_CPU) {
+      ptr_ = std::malloc(bytes);
+      if (!ptr_) throw std::bad_alloc();
+    } else {
+#ifdef CUDART_VERSION
+      if (cudaMalloc(&ptr_, bytes) != cudaSuccess) throw std::bad_alloc();
+#else
+      throw std::runtime_error("tigon::Buffer: include <cuda_runtime.h> before tigon.hpp for device memory");
+#endif
+    }
+  }
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    swap(o);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
+
+  void* get() const { return ptr_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  void swap(Buffer& o) {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(dev_, o.dev_);
+  }
+  void release() {
+    if (!ptr_) return;
+    if (dev_.device_type == TIGON_DEVICE_CPU) std::free(ptr_);
+#ifdef CUDART_VERSION
+    else cudaFree(ptr_);
+#endif
+    ptr_ = nullptr;
+  }
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  tigon_device dev_{TIGON_DEVICE_CPU, 0};
+};
+
+// ---- RMSNorm ------------------------------------------------------------------------------------------------------
+struct RMSNormParams {
+  float eps = 1e-6f;
+  float offset = 0.f;
+  tigon_rms_norm_casting_t casting_mode = TIGON_RMS_NORM_LLAMA;
+  operator tigon_rms_norm_params() const { return {eps, offset, int32_t(casting_mode)}; }
+};
+
+inline void rms_norm_fwd(const TensorView& x, const TensorView* weight, const TensorView& y, const TensorView* rstd,
+                         RMSNormParams params = {}, void* stream = nullptr) {
+  check(tigon_rms_norm_fwd(x, weight ? weight->get() : nullptr, y, rstd ? rstd->get() : nullptr, params, stream));
+}
+
+inline size_t rms_norm_bwd_workspace_size(const TensorView& x, const TensorView* weight) {
+  size_t bytes = 0;
+  check(tigon_rms_norm_bwd_workspace_size(x, weight ? weight->get() : nullptr, &bytes));
+  return bytes;
+}
+
+inline void rms_norm_bwd(const TensorView& dy, const TensorView& x, const TensorView* weight, const TensorView& rstd,
+                         const TensorView& dx, const TensorView* dw, RMSNormParams params, void* workspace,
+                         size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_rms_norm_bwd(dy, x, weight ? weight->get() : nullptr, rstd, dx, dw ? dw->get() : nullptr, params,
+                           workspace, workspace_bytes, stream));
+}
+
+}  // namespace tigon

@@ -1,0 +1,86 @@
+// Device-side helpers shared by the kernels: dtype <-> CUDA type, fp32 conversion, vector loads and stores, and the
+// type-switch macro that turns a runtime DType into a template argument.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/error.h"
+#include "common/tensor.h"
+
+namespace tigon::cuda {
+
+template <class T>
+__device__ __forceinline__ float to_f(T v);
+template <>
+__device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// v rounded to T's precision and back: how kernels reproduce a rounding that a casting mode prescribes.
+template <class T>
+__device__ __forceinline__ float round_to(float v) { return to_f<T>(from_f<T>(v)); }
+
+// N consecutive elements as floats. When N * sizeof(T) is a multiple of 16 the pointer must be 16-byte aligned and
+// the load is N * sizeof(T) / 16 vector instructions; otherwise elementwise.
+template <class T, int N>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[N]) {
+  if constexpr ((N * sizeof(T)) % 16 == 0) {
+    constexpr int kPer = 16 / sizeof(T);
+#pragma unroll
+    for (int k = 0; k < N / kPer; ++k) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[k];
+      const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) out[k * kPer + j] = to_f<T>(e[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = to_f<T>(p[j]);
+  }
+}
+
+template <class T, int N>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[N]) {
+  if constexpr ((N * sizeof(T)) % 16 == 0) {
+    constexpr int kPer = 16 / sizeof(T);
+#pragma unroll
+    for (int k = 0; k < N / kPer; ++k) {
+      uint4 u;
+      T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) e[j] = from_f<T>(in[k * kPer + j]);
+      reinterpret_cast<uint4*>(p)[k] = u;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = from_f<T>(in[j]);
+  }
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace tigon::cuda
+
+// TIGON_SWITCH_FLOAT(dtype, T, ...): runs the body with T = float, __half or __nv_bfloat16.
+#define TIGON_SWITCH_FLOAT(dtype, T, ...)                                                             \
+  switch (dtype) {                                                                                    \
+    case ::tigon::DType::kFloat32: { using T = float; __VA_ARGS__; } break;                           \
+    case ::tigon::DType::kFloat16: { using T = __half; __VA_ARGS__; } break;                          \
+    case ::tigon::DType::kBFloat16: { using T = __nv_bfloat16; __VA_ARGS__; } break;                  \
+    default: ::tigon::fail(TIGON_ERROR_INTERNAL, "unexpected dtype ", ::tigon::dtype_name(dtype));    \
+  }

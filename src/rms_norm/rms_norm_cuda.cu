@@ -1,0 +1,162 @@
+// RMSNorm CUDA path: launch planning, dtype dispatch and the deterministic dw reduction.
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "common/cuda_types.cuh"
+#include "common/device.h"
+#include "rms_norm/rms_norm.h"
+#include "rms_norm/rms_norm_kernels.cuh"
+#include "rms_norm/rms_norm_launch.h"
+
+namespace tigon::rms_norm {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool rows_aligned(const RowMatrix& m) {
+  return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
+}
+
+// Threads per row and rows per block of the cached kernels: one vector of 16 bytes of x per thread per
+// kCachedNV; rows shorter than a warp share one, and small rows are packed to ~128-thread blocks.
+struct Shape {
+  int tpr = 0, rpb = 0;
+};
+Shape cached_shape(int64_t cols, DType x_dtype) {
+  const int v = 16 / dtype_bytes(x_dtype);
+  const int64_t need = ceil_div(ceil_div(cols, v), kCachedNV);
+  Shape s;
+  if (need <= 32) {
+    s.tpr = 1;
+    while (s.tpr < need) s.tpr *= 2;
+  } else {
+    s.tpr = int(std::min<int64_t>(ceil_div(need, 32) * 32, INT_MAX));
+  }
+  s.rpb = s.tpr < 128 ? 128 / s.tpr : 1;
+  return s;
+}
+
+bool cols_vectorizable(const RowMatrix& x) { return x.cols % (16 / dtype_bytes(x.dtype)) == 0; }
+
+Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
+  Plan p;
+  p.vec = vec;
+  const int64_t vecs = vec ? x.cols / (16 / dtype_bytes(x.dtype)) : x.cols;
+  p.block = dim3(unsigned(std::clamp<int64_t>(ceil_div(ceil_div(vecs, 4), 32) * 32, 32, 1024)), 1);
+  p.grid = unsigned(std::min<int64_t>(x.rows, max_grid));
+  p.partial_rows = p.grid;
+  return p;
+}
+
+Plan fwd_plan(const FwdProblem& pr) {
+  const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
+                   (pr.w == nullptr || cuda::aligned16(pr.w));
+  const Shape s = cached_shape(pr.x.cols, pr.x.dtype);
+  if (vec && s.tpr <= kFwdMaxThreads) {
+    Plan p;
+    p.cached = p.vec = true;
+    p.block = dim3(s.tpr, s.rpb);
+    p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
+    return p;
+  }
+  return two_pass_plan(pr.x, vec, INT_MAX);
+}
+
+// The backward's grid is sized to what stays resident (about kBwdMaxThreads threads per multiprocessor at the
+// cached kernel's register use), so each block visits many rows and the dw partials stay small. The bound depends
+// only on x and the device, so tigon_rms_norm_bwd_workspace_size can report it before the other tensors exist.
+int64_t bwd_max_partial_rows(const RowMatrix& x, int device) {
+  const Shape s = cached_shape(x.cols, x.dtype);
+  const int64_t sms = sm_count(device);
+  if (s.tpr <= kBwdMaxThreads) {
+    const int64_t blocks_per_sm = std::max(1, kBwdMaxThreads / (s.tpr * s.rpb));
+    return std::min(ceil_div(x.rows, s.rpb), sms * blocks_per_sm) * s.rpb;
+  }
+  return std::min<int64_t>(x.rows, sms * 2);
+}
+
+Plan bwd_plan(const BwdProblem& pr, int device) {
+  const int64_t max_rows = bwd_max_partial_rows(pr.x, device);
+  const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.dy) && rows_aligned(pr.dx) &&
+                   (pr.w == nullptr || cuda::aligned16(pr.w));
+  const Shape s = cached_shape(pr.x.cols, pr.x.dtype);
+  if (vec && s.tpr <= kBwdMaxThreads) {
+    Plan p;
+    p.cached = p.vec = true;
+    p.block = dim3(s.tpr, s.rpb);
+    p.grid = unsigned(max_rows / s.rpb);
+    p.partial_rows = max_rows;
+    return p;
+  }
+  return two_pass_plan(pr.x, vec, max_rows);
+}
+
+template <class TX, template <class, class, class> class Launch, class Args>
+void dispatch(const Args& a, const Plan& plan, DType w_dtype, DType io_dtype, cudaStream_t stream) {
+  const bool w32 = w_dtype == DType::kFloat32, io32 = io_dtype == DType::kFloat32;
+  if constexpr (std::is_same_v<TX, float>) {
+    Launch<float, float, float>::run(a, plan, stream);
+  } else if (!w32 && !io32) {
+    Launch<TX, TX, TX>::run(a, plan, stream);
+  } else if (w32 && !io32) {
+    Launch<TX, float, TX>::run(a, plan, stream);
+  } else if (!w32) {
+    Launch<TX, TX, float>::run(a, plan, stream);
+  } else {
+    Launch<TX, float, float>::run(a, plan, stream);
+  }
+}
+
+template <class TX, class TW, class TY>
+struct Fwd {
+  static void run(const FwdArgs& a, const Plan& p, cudaStream_t s) { launch_fwd<TX, TW, TY>(a, p, s); }
+};
+template <class TX, class TW, class TDY>
+struct Bwd {
+  static void run(const BwdArgs& a, const Plan& p, cudaStream_t s) { launch_bwd<TX, TW, TDY>(a, p, s); }
+};
+
+int current_device() {
+  int d = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+}  // namespace
+
+void fwd_cuda(const FwdProblem& pr, void* stream) {
+  FwdArgs a{pr.x.data, pr.w, pr.y.data, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride, pr.y.row_stride,
+            pr.eps, pr.offset, pr.mode};
+  const Plan plan = fwd_plan(pr);
+  TIGON_SWITCH_FLOAT(pr.x.dtype, TX,
+                     dispatch<TX, Fwd>(a, plan, pr.w_dtype, pr.y.dtype, static_cast<cudaStream_t>(stream)));
+}
+
+size_t bwd_cuda_workspace_bytes(const RowMatrix& x, int device) {
+  if (x.rows == 0) return 0;
+  return size_t(bwd_max_partial_rows(x, device)) * size_t(x.cols) * sizeof(float);
+}
+
+void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  if (pr.x.rows == 0) {
+    if (pr.dw) TIGON_CUDA_CHECK(cudaMemsetAsync(pr.dw, 0, size_t(pr.x.cols) * dtype_bytes(pr.dw_dtype), stream));
+    return;
+  }
+  const Plan plan = bwd_plan(pr, current_device());
+  float* partial = pr.dw ? static_cast<float*>(workspace) : nullptr;
+  BwdArgs a{pr.dy.data, pr.x.data, pr.w, pr.rstd, pr.dx.data, partial, pr.x.rows, pr.x.cols,
+            pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride, pr.offset};
+  TIGON_SWITCH_FLOAT(pr.x.dtype, TX, dispatch<TX, Bwd>(a, plan, pr.w_dtype, pr.dy.dtype, stream));
+  if (!pr.dw) return;
+  const dim3 block(32, kern::kReduceRows);
+  const unsigned grid = unsigned(ceil_div(pr.x.cols, 32));
+  TIGON_SWITCH_FLOAT(pr.dw_dtype, TDW,
+                     kern::dw_reduce<TDW><<<grid, block, 0, stream>>>(partial, plan.partial_rows, pr.x.cols,
+                                                                      static_cast<TDW*>(pr.dw)));
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tigon::rms_norm

@@ -1,0 +1,275 @@
+// RMSNorm CUDA kernels. Two shapes of kernel per direction:
+//  * cached: each row is read once into registers (NV vectors of V elements per thread, V = 16 bytes of x), so the
+//    forward moves exactly x in + y out and the backward x, dy in + dx out. blockDim = (threads per row, rows per
+//    block). Used when a row fits (up to 4 * 8 * 1024 bf16 elements) and every pointer and row stride is 16-byte
+//    aligned.
+//  * two_pass: one row per block iteration, read twice (the second read mostly hits L2); any row length; V = 1 for
+//    unaligned data.
+// Backward dw: each block adds dy * xhat over the rows it visits into fp32 partials (one row of `partial` per block
+// row slot), and dw_reduce sums those in a fixed order: deterministic, no atomics.
+#pragma once
+
+#include "common/cuda_types.cuh"
+#include "common/reduce.cuh"
+#include "tigon/rms_norm.h"
+
+namespace tigon::rms_norm {
+
+struct FwdArgs {
+  const void* x;
+  const void* w;  // nullptr: no weight
+  void* y;
+  float* rstd;  // nullptr: not saved
+  int64_t rows, cols, x_stride, y_stride;
+  float eps, offset;
+  int mode;
+};
+
+struct BwdArgs {
+  const void* dy;
+  const void* x;
+  const void* w;
+  const float* rstd;
+  void* dx;
+  float* partial;  // [gridDim.x * blockDim.y, cols] fp32, nullptr: no dw
+  int64_t rows, cols, dy_stride, x_stride, dx_stride;
+  float offset;
+};
+
+constexpr int kCachedNV = 4;            // vectors per thread in the cached kernels
+constexpr int kFwdMaxThreads = 1024;    // cached forward: 32 floats of x per thread stay in registers
+constexpr int kBwdMaxThreads = 512;     // cached backward: x, g and the dw sums (96 floats) need up to 128 registers
+
+namespace kern {
+
+using cuda::load_vec;
+using cuda::round_to;
+using cuda::store_vec;
+using cuda::to_f;
+
+// s[j] = offset + w[c + j] (1 with no weight), in fp32.
+template <class TW, int V>
+__device__ __forceinline__ void load_scale(const void* w, int64_t c, float offset, float (&s)[V]) {
+  if (w == nullptr) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) s[j] = 1.f;
+    return;
+  }
+  load_vec<TW, V>(static_cast<const TW*>(w) + c, s);
+#pragma unroll
+  for (int j = 0; j < V; ++j) s[j] += offset;
+}
+
+// y for one vector under the casting mode (see tigon/rms_norm.h); x is the input value in fp32.
+template <class TX, int V>
+__device__ __forceinline__ void normalize(int mode, float r, const float (&x)[V], const float (&s)[V], float (&y)[V]) {
+  if (mode == TIGON_RMS_NORM_LLAMA) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) y[j] = s[j] * round_to<TX>(x[j] * r);
+  } else if (mode == TIGON_RMS_NORM_GEMMA) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) y[j] = (x[j] * r) * s[j];
+  } else {
+    const float rr = round_to<TX>(r);
+#pragma unroll
+    for (int j = 0; j < V; ++j) y[j] = round_to<TX>(round_to<TX>(x[j] * rr) * round_to<TX>(s[j]));
+  }
+}
+
+__device__ __forceinline__ float rstd_of(float sum_sq, int64_t cols, float eps) {
+  return 1.f / sqrtf(sum_sq / float(cols) + eps);
+}
+
+template <class TX, class TW, class TY, int NV>
+__global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
+  constexpr int V = 16 / sizeof(TX);
+  __shared__ float red[32];
+  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const bool live = row < a.rows;
+    const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
+    float v[NV][V];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+      if (live && c < a.cols) {
+        load_vec<TX, V>(x + c, v[i]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[i][j] = 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss += v[i][j] * v[i][j];
+    }
+    ss = cuda::row_sum(ss, red);
+    const float r = rstd_of(ss, a.cols, a.eps);
+    if (!live) continue;
+    if (threadIdx.x == 0 && a.rstd) a.rstd[row] = r;
+    TY* y = static_cast<TY*>(a.y) + row * a.y_stride;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+      if (c < a.cols) {
+        float s[V], out[V];
+        load_scale<TW, V>(a.w, c, a.offset, s);
+        normalize<TX, V>(a.mode, r, v[i], s, out);
+        store_vec<TY, V>(y + c, out);
+      }
+    }
+  }
+}
+
+template <class TX, class TW, class TY, int V>
+__global__ void __launch_bounds__(1024) fwd_two_pass(FwdArgs a) {
+  __shared__ float red[32];
+  const int64_t step = int64_t(blockDim.x) * V;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
+    float ss = 0.f;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
+      float v[V];
+      load_vec<TX, V>(x + c, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss += v[j] * v[j];
+    }
+    ss = cuda::row_sum(ss, red);
+    const float r = rstd_of(ss, a.cols, a.eps);
+    if (threadIdx.x == 0 && a.rstd) a.rstd[row] = r;
+    TY* y = static_cast<TY*>(a.y) + row * a.y_stride;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
+      float v[V], s[V], out[V];
+      load_vec<TX, V>(x + c, v);
+      load_scale<TW, V>(a.w, c, a.offset, s);
+      normalize<TX, V>(a.mode, r, v, s, out);
+      store_vec<TY, V>(y + c, out);
+    }
+  }
+}
+
+template <class TX, class TW, class TDY, int NV>
+__global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
+  constexpr int V = 16 / sizeof(TX);
+  __shared__ float red[32];
+  float acc[NV][V];
+#pragma unroll
+  for (int i = 0; i < NV; ++i)
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[i][j] = 0.f;
+
+  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const bool live = row < a.rows;
+    const float r = live ? a.rstd[row] : 0.f;
+    const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
+    const TDY* dy = static_cast<const TDY*>(a.dy) + row * a.dy_stride;
+    float xhat[NV][V], gs[NV][V];
+    float dot = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+      if (live && c < a.cols) {
+        float d[V], s[V];
+        load_vec<TX, V>(x + c, xhat[i]);
+        load_vec<TDY, V>(dy + c, d);
+        load_scale<TW, V>(a.w, c, a.offset, s);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          xhat[i][j] *= r;
+          gs[i][j] = d[j] * s[j];
+          dot += gs[i][j] * xhat[i][j];
+          acc[i][j] += d[j] * xhat[i][j];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) xhat[i][j] = gs[i][j] = 0.f;
+      }
+    }
+    dot = cuda::row_sum(dot, red);
+    if (!live) continue;
+    const float mean = dot / float(a.cols);
+    TX* dx = static_cast<TX*>(a.dx) + row * a.dx_stride;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+      if (c < a.cols) {
+        float out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = r * (gs[i][j] - xhat[i][j] * mean);
+        store_vec<TX, V>(dx + c, out);
+      }
+    }
+  }
+  if (a.partial == nullptr) return;
+  float* part = a.partial + (int64_t(blockIdx.x) * blockDim.y + threadIdx.y) * a.cols;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+    if (c < a.cols) store_vec<float, V>(part + c, acc[i]);
+  }
+}
+
+// One row per block iteration; the block's partial row is read-modified-written by the thread owning each column.
+// The grid never exceeds the row count, so every block writes its whole partial row.
+template <class TX, class TW, class TDY, int V>
+__global__ void __launch_bounds__(1024) bwd_two_pass(BwdArgs a) {
+  __shared__ float red[32];
+  const int64_t step = int64_t(blockDim.x) * V;
+  float* part = a.partial ? a.partial + int64_t(blockIdx.x) * a.cols : nullptr;
+  bool first = true;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x, first = false) {
+    const float r = a.rstd[row];
+    const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
+    const TDY* dy = static_cast<const TDY*>(a.dy) + row * a.dy_stride;
+    float dot = 0.f;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
+      float xv[V], d[V], s[V];
+      load_vec<TX, V>(x + c, xv);
+      load_vec<TDY, V>(dy + c, d);
+      load_scale<TW, V>(a.w, c, a.offset, s);
+#pragma unroll
+      for (int j = 0; j < V; ++j) dot += d[j] * s[j] * (xv[j] * r);
+    }
+    dot = cuda::row_sum(dot, red);
+    const float mean = dot / float(a.cols);
+    TX* dx = static_cast<TX*>(a.dx) + row * a.dx_stride;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
+      float xv[V], d[V], s[V], out[V], pacc[V] = {};
+      load_vec<TX, V>(x + c, xv);
+      load_vec<TDY, V>(dy + c, d);
+      load_scale<TW, V>(a.w, c, a.offset, s);
+      if (part && !first) load_vec<float, V>(part + c, pacc);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xh = xv[j] * r;
+        out[j] = r * (d[j] * s[j] - xh * mean);
+        pacc[j] += d[j] * xh;
+      }
+      store_vec<TX, V>(dx + c, out);
+      if (part) store_vec<float, V>(part + c, pacc);
+    }
+  }
+}
+
+// dw[c] = sum over the partial rows, in a fixed order. blockDim = (32, kReduceRows).
+constexpr int kReduceRows = 16;
+template <class TDW>
+__global__ void dw_reduce(const float* partial, int64_t partial_rows, int64_t cols, TDW* dw) {
+  __shared__ float sums[kReduceRows][33];
+  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  float s = 0.f;
+  if (c < cols)
+    for (int64_t r = threadIdx.y; r < partial_rows; r += kReduceRows) s += partial[r * cols + c];
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.f;
+    for (int i = 0; i < kReduceRows; ++i) t += sums[i][threadIdx.x];
+    dw[c] = cuda::from_f<TDW>(t);
+  }
+}
+
+}  // namespace kern
+}  // namespace tigon::rms_norm
