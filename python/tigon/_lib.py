@@ -1,0 +1,135 @@
+"""Loads libtigon with ctypes and turns torch tensors into tigon_tensor descriptors (DLPack's DLTensor layout).
+
+Search order for the library: $TIGON_LIBRARY, the copy installed inside this package (tigon/lib/), then a CMake build
+tree next to the sources (build/), so tests run straight from a checkout after `cmake --build build`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+__all__ = ["TigonError", "TigonArgumentError", "lib", "library_path", "tensor_arg", "check", "stream_of"]
+
+
+class TigonError(RuntimeError):
+    """A failure reported by the C library; the message names the function and the argument."""
+
+
+class TigonArgumentError(TigonError, ValueError):
+    """Invalid input (dtype, shape, stride, device or option), reported by the C library."""
+
+
+_STATUS_INVALID_ARGUMENT = 1
+
+
+class _Device(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class TigonTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _Device),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class RMSNormParams(ctypes.Structure):
+    _fields_ = [("eps", ctypes.c_float), ("offset", ctypes.c_float), ("casting_mode", ctypes.c_int32)]
+
+
+_DTYPE_CODES = {
+    torch.float32: (2, 32),
+    torch.float16: (2, 16),
+    torch.bfloat16: (4, 16),
+    torch.int32: (0, 32),
+    torch.int64: (0, 64),
+    torch.uint8: (1, 8),
+}
+_DEVICE_TYPES = {"cpu": 1, "cuda": 2}
+
+
+def _candidates() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    paths = []
+    if os.environ.get("TIGON_LIBRARY"):
+        paths.append(Path(os.environ["TIGON_LIBRARY"]))
+    paths.append(here / "lib" / "libtigon.so")
+    paths.append(here.parent.parent / "build" / "libtigon.so")
+    return paths
+
+
+def _load() -> tuple[ctypes.CDLL, Path]:
+    tried = []
+    for path in _candidates():
+        if path.is_file():
+            return ctypes.CDLL(str(path)), path
+        tried.append(str(path))
+    raise ImportError(
+        "tigon: libtigon.so not found (looked in: " + ", ".join(tried) + "). Install the package with "
+        "`pip install .`, or build it with `cmake -S . -B build -G Ninja && cmake --build build`."
+    )
+
+
+lib, library_path = _load()
+
+_P = ctypes.POINTER(TigonTensor)
+lib.tigon_version.restype = ctypes.c_char_p
+lib.tigon_last_error.restype = ctypes.c_char_p
+lib.tigon_has_cuda.restype = ctypes.c_int
+lib.tigon_rms_norm_fwd.argtypes = [_P, _P, _P, _P, RMSNormParams, ctypes.c_void_p]
+lib.tigon_rms_norm_fwd.restype = ctypes.c_int
+lib.tigon_rms_norm_bwd_workspace_size.argtypes = [_P, _P, ctypes.POINTER(ctypes.c_size_t)]
+lib.tigon_rms_norm_bwd_workspace_size.restype = ctypes.c_int
+lib.tigon_rms_norm_bwd.argtypes = [_P, _P, _P, _P, _P, _P, RMSNormParams, ctypes.c_void_p, ctypes.c_size_t,
+                                   ctypes.c_void_p]
+lib.tigon_rms_norm_bwd.restype = ctypes.c_int
+
+
+def version() -> str:
+    return lib.tigon_version().decode()
+
+
+def has_cuda() -> bool:
+    return bool(lib.tigon_has_cuda())
+
+
+def check(status: int) -> None:
+    """Raises the C library's error for a non-zero status."""
+    if status != 0:
+        msg = lib.tigon_last_error().decode()
+        raise (TigonArgumentError if status == _STATUS_INVALID_ARGUMENT else TigonError)(msg)
+
+
+def tensor_arg(t: torch.Tensor | None):
+    """A pointer to a tigon_tensor describing `t` (None -> NULL). The descriptor keeps its shape arrays alive."""
+    if t is None:
+        return None
+    code, bits = _DTYPE_CODES[t.dtype]
+    nd = t.dim()
+    shape = (ctypes.c_int64 * nd)(*t.shape)
+    strides = (ctypes.c_int64 * nd)(*t.stride())
+    dev = t.device
+    desc = TigonTensor(t.data_ptr(), _Device(_DEVICE_TYPES[dev.type], dev.index or 0), nd, _DType(code, bits, 1),
+                       shape, strides, 0)
+    desc._keep = (shape, strides)
+    return ctypes.byref(desc)
+
+
+def stream_of(t: torch.Tensor):
+    """The current torch stream of t's device as a cudaStream_t (None on CPU)."""
+    if t.device.type != "cuda":
+        return None
+    return torch.cuda.current_stream(t.device).cuda_stream

@@ -1,0 +1,5 @@
+"""Drop-in torch.nn modules backed by Tigon's ops."""
+
+from tigon.nn.rms_norm import GemmaRMSNorm, RMSNorm
+
+__all__ = ["RMSNorm", "GemmaRMSNorm"]

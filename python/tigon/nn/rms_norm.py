@@ -1,0 +1,43 @@
+"""RMSNorm modules with Hugging Face's parameter names, so they load the same state dicts."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tigon.ops.rms_norm import rms_norm
+
+
+class RMSNorm(nn.Module):
+    """Drop-in for Hugging Face's LlamaRMSNorm (and the Mistral/Qwen/... copies of it): ``weight`` initialised to
+    ones, ``variance_epsilon`` as the epsilon attribute, llama casting. Other families pass offset/casting_mode."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6, offset: float = 0.0, casting_mode: str = "llama",
+                 init: float = 1.0, in_place: bool = False, device=None, dtype=None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((hidden_size,), float(init), device=device, dtype=dtype))
+        self.variance_epsilon = eps
+        self.offset = offset
+        self.casting_mode = casting_mode
+        self.in_place = in_place
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return rms_norm(hidden_states, self.weight, self.variance_epsilon, self.offset, self.casting_mode,
+                        self.in_place)
+
+    def extra_repr(self) -> str:
+        return (f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}, offset={self.offset}, "
+                f"casting_mode={self.casting_mode!r}, in_place={self.in_place}")
+
+
+class GemmaRMSNorm(RMSNorm):
+    """Drop-in for Hugging Face's GemmaRMSNorm: ``y = norm(x) * (1 + weight)`` all in fp32, weight initialised to
+    zeros, epsilon attribute ``eps``."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, in_place: bool = False, device=None, dtype=None) -> None:
+        super().__init__(dim, eps, offset=1.0, casting_mode="gemma", init=0.0, in_place=in_place, device=device,
+                         dtype=dtype)
+
+    @property
+    def eps(self) -> float:
+        return self.variance_epsilon

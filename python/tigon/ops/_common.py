@@ -1,0 +1,41 @@
+"""Helpers shared by the op modules."""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def compiling() -> bool:
+    """True while torch.compile traces: then ops go through the dispatcher instead of the direct eager path."""
+    return torch.compiler.is_compiling()
+
+
+def rows_ok(t: torch.Tensor) -> bool:
+    """Whether t is [..., cols] with last stride 1 and leading dimensions that flatten to one row stride >= cols:
+    the layout every row-wise kernel takes without a copy (mirrors as_rows in src/common/tensor.cpp)."""
+    if t.dim() == 0:
+        return False
+    shape, strides = t.shape, t.stride()
+    cols = shape[-1]
+    if cols > 1 and strides[-1] != 1:
+        return False
+    row_stride, inner_rows = None, 1
+    for size, stride in zip(reversed(shape[:-1]), reversed(strides[:-1])):
+        if size != 1:
+            if row_stride is None:
+                row_stride = stride
+            elif stride != row_stride * inner_rows:
+                return False
+        inner_rows *= size
+    rows = t.numel() // cols if cols else 0
+    return row_stride is None or rows <= 1 or row_stride >= cols
+
+
+def check_row_layout(t: torch.Tensor, arg: str, op: str) -> None:
+    if not rows_ok(t):
+        raise ValueError(
+            f"{op}: argument '{arg}' has a layout the kernel cannot read in rows (shape {tuple(t.shape)}, strides "
+            f"{t.stride()}): the last dimension must be contiguous and the leading ones must flatten with one "
+            f"stride; pass {arg}.contiguous()")

@@ -1,0 +1,194 @@
+"""RMSNorm as torch ops: tigon::rms_norm_fwd / rms_norm_bwd / rms_norm_bwd_ (dx written over dy).
+
+The ops are registered with torch.library (with fake implementations, so torch.compile(fullgraph=True) traces them);
+autograd lives outside them in an autograd.Function. In eager mode the Function calls the ctypes launchers directly,
+skipping the dispatcher; under torch.compile it calls the registered ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from tigon import _lib
+from tigon.ops._common import FLOAT_DTYPES, check_row_layout, compiling, rows_ok
+
+__all__ = ["rms_norm", "CASTING_MODES"]
+
+CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
+
+
+def _out_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, mode: int) -> torch.dtype:
+    # Hugging Face's LlamaRMSNorm returns `weight * x.to(input_dtype)`: promoted to the weight's dtype.
+    if mode == CASTING_MODES["llama"] and w_dtype is not None:
+        return torch.promote_types(x_dtype, w_dtype)
+    return x_dtype
+
+
+def _check_args(x, weight, eps, offset, casting_mode) -> int:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"rms_norm: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"rms_norm: argument 'x' must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"rms_norm: argument 'x' needs a non-empty last dimension, got shape {tuple(x.shape)}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"rms_norm: argument 'x' must be on a CPU or CUDA device, got {x.device}")
+    check_row_layout(x, "x", "rms_norm")
+    if casting_mode not in CASTING_MODES:
+        raise ValueError(f"rms_norm: argument 'casting_mode' must be one of {sorted(CASTING_MODES)}, "
+                         f"got {casting_mode!r}")
+    if not eps >= 0.0:
+        raise ValueError(f"rms_norm: argument 'eps' must be >= 0, got {eps}")
+    if weight is None:
+        if offset != 0.0:
+            raise ValueError(f"rms_norm: argument 'offset' must be 0 without a weight, got {offset}")
+    else:
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"rms_norm: argument 'weight' must be a torch.Tensor or None, got {type(weight).__name__}")
+        if weight.device != x.device:
+            raise ValueError(f"rms_norm: argument 'weight' is on {weight.device} but x is on {x.device}")
+        if weight.shape != (x.shape[-1],):
+            raise ValueError(f"rms_norm: argument 'weight' must have shape ({x.shape[-1]},) to match x's last "
+                             f"dimension, got {tuple(weight.shape)}")
+        if weight.dtype not in (x.dtype, torch.float32):
+            raise TypeError(f"rms_norm: argument 'weight' must be {x.dtype} (like x) or float32, got {weight.dtype}")
+    return CASTING_MODES[casting_mode]
+
+
+# ---- launchers: allocate outputs with torch's allocator, call the C API on torch's current stream -------------------
+
+def _params(eps: float, offset: float, mode: int) -> _lib.RMSNormParams:
+    return _lib.RMSNormParams(eps, offset, mode)
+
+
+def _fwd_impl(x, weight, eps: float, offset: float, mode: int):
+    y = torch.empty(x.shape, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, mode),
+                    device=x.device)
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    _lib.check(_lib.lib.tigon_rms_norm_fwd(_lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(y),
+                                           _lib.tensor_arg(rstd), _params(eps, offset, mode), _lib.stream_of(x)))
+    return y, rstd
+
+
+_workspace_bytes_cache: dict = {}
+
+
+def _workspace(x: torch.Tensor, weight: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
+    if x.device.type != "cuda" or weight is None:
+        return None, 0
+    key = (x.shape.numel() // x.shape[-1], x.shape[-1], x.dtype, x.device)
+    nbytes = _workspace_bytes_cache.get(key)
+    if nbytes is None:
+        size = ctypes.c_size_t(0)
+        _lib.check(_lib.lib.tigon_rms_norm_bwd_workspace_size(_lib.tensor_arg(x), _lib.tensor_arg(weight),
+                                                              ctypes.byref(size)))
+        nbytes = _workspace_bytes_cache[key] = size.value
+    if nbytes == 0:
+        return None, 0
+    return torch.empty(nbytes, dtype=torch.uint8, device=x.device), nbytes
+
+
+def _bwd_launch(dy, x, weight, rstd, dx, dw, offset: float, mode: int) -> None:
+    ws, nbytes = _workspace(x, weight if dw is not None else None)
+    _lib.check(_lib.lib.tigon_rms_norm_bwd(
+        _lib.tensor_arg(dy), _lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(rstd),
+        _lib.tensor_arg(dx), _lib.tensor_arg(dw), _params(0.0, offset, mode),
+        None if ws is None else ws.data_ptr(), nbytes, _lib.stream_of(x)))
+
+
+def _empty_dw(x, weight, need_dw):
+    if weight is None or not need_dw:
+        return torch.empty(0, dtype=x.dtype, device=x.device)
+    return torch.empty_like(weight, memory_format=torch.contiguous_format)
+
+
+def _bwd_impl(dy, x, weight, rstd, offset: float, mode: int, need_dw: bool):
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw = _empty_dw(x, weight, need_dw)
+    _bwd_launch(dy, x, weight, rstd, dx, dw if dw.numel() else None, offset, mode)
+    return dx, dw
+
+
+def _bwd_inplace_impl(dy, x, weight, rstd, offset: float, mode: int, need_dw: bool):
+    dw = _empty_dw(x, weight, need_dw)
+    _bwd_launch(dy, x, weight, rstd, dy, dw if dw.numel() else None, offset, mode)
+    return dw
+
+
+# ---- torch.library registration ----------------------------------------------------------------------------------
+
+_LIB = torch.library.Library("tigon", "FRAGMENT")
+_LIB.define("rms_norm_fwd(Tensor x, Tensor? weight, float eps, float offset, int casting_mode) -> (Tensor, Tensor)")
+_LIB.define("rms_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
+            "bool need_dw) -> (Tensor, Tensor)")
+_LIB.define("rms_norm_bwd_(Tensor(a!) dy, Tensor x, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
+            "bool need_dw) -> Tensor")
+for _key in ("CPU", "CUDA"):
+    _LIB.impl("rms_norm_fwd", _fwd_impl, _key)
+    _LIB.impl("rms_norm_bwd", _bwd_impl, _key)
+    _LIB.impl("rms_norm_bwd_", _bwd_inplace_impl, _key)
+
+
+@torch.library.register_fake("tigon::rms_norm_fwd")
+def _fwd_fake(x, weight, eps, offset, casting_mode):
+    y = x.new_empty(x.shape, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, casting_mode))
+    return y, x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.register_fake("tigon::rms_norm_bwd")
+def _bwd_fake(dy, x, weight, rstd, offset, casting_mode, need_dw):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _empty_dw(x, weight, need_dw)
+
+
+@torch.library.register_fake("tigon::rms_norm_bwd_")
+def _bwd_inplace_fake(dy, x, weight, rstd, offset, casting_mode, need_dw):
+    return _empty_dw(x, weight, need_dw)
+
+
+# ---- autograd -------------------------------------------------------------------------------------------------------
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps, offset, mode, in_place):
+        if compiling():
+            y, rstd = torch.ops.tigon.rms_norm_fwd(x, weight, eps, offset, mode)
+        else:
+            y, rstd = _fwd_impl(x, weight, eps, offset, mode)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.offset, ctx.mode, ctx.in_place = offset, mode, in_place
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        need_dw = weight is not None and ctx.needs_input_grad[1]
+        if not rows_ok(dy):  # e.g. the expanded gradient of a sum(): give the kernel real rows
+            dy = dy.contiguous()
+        if ctx.in_place and dy.dtype == x.dtype:
+            if compiling():
+                dw = torch.ops.tigon.rms_norm_bwd_(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
+            else:
+                dw = _bwd_inplace_impl(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
+            dx = dy
+        elif compiling():
+            dx, dw = torch.ops.tigon.rms_norm_bwd(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
+        else:
+            dx, dw = _bwd_impl(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
+        return dx, (dw if need_dw else None), None, None, None, None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, offset: float = 0.0,
+             casting_mode: str = "llama", in_place: bool = False) -> torch.Tensor:
+    """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2) + eps) * (offset + weight)``.
+
+    casting_mode follows Hugging Face: "llama" (LlamaRMSNorm: only rstd in fp32, x*rstd cast back to x's dtype before
+    the weight; the result has dtype promote(x, weight)), "gemma" (GemmaRMSNorm: all fp32, use offset=1.0) or "none"
+    (every step in x's dtype). weight may be x's dtype or float32, or None for no scale. in_place=True writes the
+    input gradient over the output gradient in backward (saves one activation-sized buffer; leave it off when the
+    output gradient is used elsewhere). x may have any row stride (its leading dimensions must flatten to rows);
+    CPU and CUDA tensors.
+    """
+    mode = _check_args(x, weight, eps, offset, casting_mode)
+    return _RMSNorm.apply(x, weight, float(eps), float(offset), mode, bool(in_place))
