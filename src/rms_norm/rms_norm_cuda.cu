@@ -46,7 +46,6 @@ Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
   const int64_t vecs = vec ? x.cols / (16 / dtype_bytes(x.dtype)) : x.cols;
   p.block = dim3(unsigned(std::clamp<int64_t>(ceil_div(ceil_div(vecs, 4), 32) * 32, 32, 1024)), 1);
   p.grid = unsigned(std::min<int64_t>(x.rows, max_grid));
-  p.partial_rows = p.grid;
   return p;
 }
 
@@ -64,14 +63,17 @@ Plan fwd_plan(const FwdProblem& pr) {
   return two_pass_plan(pr.x, vec, INT_MAX);
 }
 
-// The backward's grid is sized to what stays resident (about kBwdMaxThreads threads per multiprocessor at the
-// cached kernel's register use), so each block visits many rows and the dw partials stay small. The bound depends
-// only on x and the device, so tigon_rms_norm_bwd_workspace_size can report it before the other tensors exist.
+// The backward launches about as many blocks as stay resident (launch_bwd asks the occupancy calculator), so each
+// block walks many rows and its dw partial sums stay in registers. The workspace bound must not depend on anything
+// but x and the device (tigon_rms_norm_bwd_workspace_size sees nothing else), so it assumes the most a kernel with
+// >= 64 registers per thread can keep resident: 1024 threads per multiprocessor.
+constexpr int kBwdMaxResidentThreads = 1024;
+
 int64_t bwd_max_partial_rows(const RowMatrix& x, int device) {
   const Shape s = cached_shape(x.cols, x.dtype);
   const int64_t sms = sm_count(device);
   if (s.tpr <= kBwdMaxThreads) {
-    const int64_t blocks_per_sm = std::max(1, kBwdMaxThreads / (s.tpr * s.rpb));
+    const int64_t blocks_per_sm = std::max(1, kBwdMaxResidentThreads / (s.tpr * s.rpb));
     return std::min(ceil_div(x.rows, s.rpb), sms * blocks_per_sm) * s.rpb;
   }
   return std::min<int64_t>(x.rows, sms * 2);
@@ -82,30 +84,31 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.dy) && rows_aligned(pr.dx) &&
                    (pr.w == nullptr || cuda::aligned16(pr.w));
   const Shape s = cached_shape(pr.x.cols, pr.x.dtype);
+  Plan p;
   if (vec && s.tpr <= kBwdMaxThreads) {
-    Plan p;
     p.cached = p.vec = true;
     p.block = dim3(s.tpr, s.rpb);
     p.grid = unsigned(max_rows / s.rpb);
-    p.partial_rows = max_rows;
-    return p;
+  } else {
+    p = two_pass_plan(pr.x, vec, max_rows);
   }
-  return two_pass_plan(pr.x, vec, max_rows);
+  p.sms = sm_count(device);
+  return p;
 }
 
 template <class TX, template <class, class, class> class Launch, class Args>
-void dispatch(const Args& a, const Plan& plan, DType w_dtype, DType io_dtype, cudaStream_t stream) {
+auto dispatch(const Args& a, const Plan& plan, DType w_dtype, DType io_dtype, cudaStream_t stream) {
   const bool w32 = w_dtype == DType::kFloat32, io32 = io_dtype == DType::kFloat32;
   if constexpr (std::is_same_v<TX, float>) {
-    Launch<float, float, float>::run(a, plan, stream);
+    return Launch<float, float, float>::run(a, plan, stream);
   } else if (!w32 && !io32) {
-    Launch<TX, TX, TX>::run(a, plan, stream);
+    return Launch<TX, TX, TX>::run(a, plan, stream);
   } else if (w32 && !io32) {
-    Launch<TX, float, TX>::run(a, plan, stream);
+    return Launch<TX, float, TX>::run(a, plan, stream);
   } else if (!w32) {
-    Launch<TX, TX, float>::run(a, plan, stream);
+    return Launch<TX, TX, float>::run(a, plan, stream);
   } else {
-    Launch<TX, float, float>::run(a, plan, stream);
+    return Launch<TX, float, float>::run(a, plan, stream);
   }
 }
 
@@ -115,7 +118,7 @@ struct Fwd {
 };
 template <class TX, class TW, class TDY>
 struct Bwd {
-  static void run(const BwdArgs& a, const Plan& p, cudaStream_t s) { launch_bwd<TX, TW, TDY>(a, p, s); }
+  static int64_t run(const BwdArgs& a, const Plan& p, cudaStream_t s) { return launch_bwd<TX, TW, TDY>(a, p, s); }
 };
 
 int current_device() {
@@ -149,12 +152,13 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   float* partial = pr.dw ? static_cast<float*>(workspace) : nullptr;
   BwdArgs a{pr.dy.data, pr.x.data, pr.w, pr.rstd, pr.dx.data, partial, pr.x.rows, pr.x.cols,
             pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride, pr.offset};
-  TIGON_SWITCH_FLOAT(pr.x.dtype, TX, dispatch<TX, Bwd>(a, plan, pr.w_dtype, pr.dy.dtype, stream));
+  int64_t partial_rows = 0;
+  TIGON_SWITCH_FLOAT(pr.x.dtype, TX, partial_rows = dispatch<TX, Bwd>(a, plan, pr.w_dtype, pr.dy.dtype, stream));
   if (!pr.dw) return;
   const dim3 block(32, kern::kReduceRows);
   const unsigned grid = unsigned(ceil_div(pr.x.cols, 32));
   TIGON_SWITCH_FLOAT(pr.dw_dtype, TDW,
-                     kern::dw_reduce<TDW><<<grid, block, 0, stream>>>(partial, plan.partial_rows, pr.x.cols,
+                     kern::dw_reduce<TDW><<<grid, block, 0, stream>>>(partial, partial_rows, pr.x.cols,
                                                                       static_cast<TDW*>(pr.dw)));
   TIGON_CUDA_CHECK_LAUNCH();
 }

@@ -3,5 +3,5 @@
 
 namespace tigon::rms_norm {
 template void launch_fwd<float, float, float>(const FwdArgs&, const Plan&, cudaStream_t);
-template void launch_bwd<float, float, float>(const BwdArgs&, const Plan&, cudaStream_t);
+template int64_t launch_bwd<float, float, float>(const BwdArgs&, const Plan&, cudaStream_t);
 }  // namespace tigon::rms_norm

@@ -89,20 +89,20 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
-    float v[NV][V];
-    float ss = 0.f;
+    cuda::Packed<TX, V> v[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (live && c < a.cols) {
-        load_vec<TX, V>(x + c, v[i]);
-      } else {
+      if (live && c < a.cols)
+        v[i].load(x + c);
+      else
+        v[i].zero();
+    }
+    float ss = 0.f;
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[i][j] = 0.f;
-      }
+    for (int i = 0; i < NV; ++i)
 #pragma unroll
       for (int j = 0; j < V; ++j) ss += v[i][j] * v[i][j];
-    }
     ss = cuda::row_sum(ss, red);
     const float r = rstd_of(ss, a.cols, a.eps);
     if (!live) continue;
@@ -112,9 +112,11 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
     for (int i = 0; i < NV; ++i) {
       const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
       if (c < a.cols) {
-        float s[V], out[V];
+        float xf[V], s[V], out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) xf[j] = v[i][j];
         load_scale<TW, V>(a.w, c, a.offset, s);
-        normalize<TX, V>(a.mode, r, v[i], s, out);
+        normalize<TX, V>(a.mode, r, xf, s, out);
         store_vec<TY, V>(y + c, out);
       }
     }
@@ -162,29 +164,36 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
-    const float r = live ? a.rstd[row] : 0.f;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
     const TDY* dy = static_cast<const TDY*>(a.dy) + row * a.dy_stride;
-    float xhat[NV][V], gs[NV][V];
-    float dot = 0.f;
+    // x and dy stay packed in registers between the two sweeps (half the registers of floats for 16-bit types).
+    cuda::Packed<TX, V> xv[NV];
+    cuda::Packed<TDY, V> dv[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
       if (live && c < a.cols) {
-        float d[V], s[V];
-        load_vec<TX, V>(x + c, xhat[i]);
-        load_vec<TDY, V>(dy + c, d);
+        xv[i].load(x + c);
+        dv[i].load(dy + c);
+      } else {
+        xv[i].zero();
+        dv[i].zero();
+      }
+    }
+    const float r = live ? a.rstd[row] : 0.f;
+    float dot = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+      if (c < a.cols) {
+        float s[V];
         load_scale<TW, V>(a.w, c, a.offset, s);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          xhat[i][j] *= r;
-          gs[i][j] = d[j] * s[j];
-          dot += gs[i][j] * xhat[i][j];
-          acc[i][j] += d[j] * xhat[i][j];
+          const float xh = xv[i][j] * r;
+          dot += dv[i][j] * s[j] * xh;
+          acc[i][j] += dv[i][j] * xh;
         }
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) xhat[i][j] = gs[i][j] = 0.f;
       }
     }
     dot = cuda::row_sum(dot, red);
@@ -195,9 +204,10 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
     for (int i = 0; i < NV; ++i) {
       const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
       if (c < a.cols) {
-        float out[V];
+        float s[V], out[V];
+        load_scale<TW, V>(a.w, c, a.offset, s);
 #pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = r * (gs[i][j] - xhat[i][j] * mean);
+        for (int j = 0; j < V; ++j) out[j] = r * (dv[i][j] * s[j] - xv[i][j] * r * mean);
         store_vec<TX, V>(dx + c, out);
       }
     }

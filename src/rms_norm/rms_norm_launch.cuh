@@ -1,6 +1,8 @@
 // Typed launchers; included only by the per-dtype instantiation files rms_norm_cuda_<dtype>.cu.
 #pragma once
 
+#include <algorithm>
+
 #include "common/cuda_check.h"
 #include "rms_norm/rms_norm_kernels.cuh"
 #include "rms_norm/rms_norm_launch.h"
@@ -20,15 +22,24 @@ void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
 }
 
 template <class TX, class TW, class TDY>
-void launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
+int64_t launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
-  if (p.cached)
-    kern::bwd_cached<TX, TW, TDY, kCachedNV><<<p.grid, p.block, 0, stream>>>(a);
-  else if (p.vec)
+  if (p.cached) {
+    // As many blocks as stay resident: each walks many rows, so its dw partial sums stay in registers.
+    auto kernel = kern::bwd_cached<TX, TW, TDY, kCachedNV>;
+    int per_sm = 0;
+    TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.block.x * p.block.y, 0));
+    const unsigned grid = std::min<unsigned>(p.grid, unsigned(std::max(1, per_sm) * p.sms));
+    kernel<<<grid, p.block, 0, stream>>>(a);
+    TIGON_CUDA_CHECK_LAUNCH();
+    return int64_t(grid) * p.block.y;
+  }
+  if (p.vec)
     kern::bwd_two_pass<TX, TW, TDY, V><<<p.grid, p.block, 0, stream>>>(a);
   else
     kern::bwd_two_pass<TX, TW, TDY, 1><<<p.grid, p.block, 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
+  return p.grid;
 }
 
 // The four (weight, output) dtype combinations an input dtype T supports: T or fp32 each.
@@ -37,9 +48,9 @@ void launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
   template void launch_fwd<T, float, T>(const FwdArgs&, const Plan&, cudaStream_t);       \
   template void launch_fwd<T, T, float>(const FwdArgs&, const Plan&, cudaStream_t);       \
   template void launch_fwd<T, float, float>(const FwdArgs&, const Plan&, cudaStream_t);   \
-  template void launch_bwd<T, T, T>(const BwdArgs&, const Plan&, cudaStream_t);           \
-  template void launch_bwd<T, float, T>(const BwdArgs&, const Plan&, cudaStream_t);       \
-  template void launch_bwd<T, T, float>(const BwdArgs&, const Plan&, cudaStream_t);       \
-  template void launch_bwd<T, float, float>(const BwdArgs&, const Plan&, cudaStream_t);
+  template int64_t launch_bwd<T, T, T>(const BwdArgs&, const Plan&, cudaStream_t);           \
+  template int64_t launch_bwd<T, float, T>(const BwdArgs&, const Plan&, cudaStream_t);       \
+  template int64_t launch_bwd<T, T, float>(const BwdArgs&, const Plan&, cudaStream_t);       \
+  template int64_t launch_bwd<T, float, float>(const BwdArgs&, const Plan&, cudaStream_t);
 
 }  // namespace tigon::rms_norm

@@ -18,14 +18,15 @@ struct Plan {
   bool cached = false;  // fwd_cached / bwd_cached, else the two-pass kernels
   bool vec = false;     // 16-byte vectors (cached implies vec)
   dim3 block;           // (threads per row, rows per block)
-  unsigned grid = 0;
-  int64_t partial_rows = 0;  // dw partial rows written by the backward
+  unsigned grid = 0;          // the backward may launch fewer blocks: as many as stay resident
+  int sms = 0;                // multiprocessors of the device
 };
 
 template <class TX, class TW, class TY>
 void launch_fwd(const FwdArgs& a, const Plan& plan, cudaStream_t stream);
 
+// Returns the number of dw partial rows written (blocks launched x rows per block).
 template <class TX, class TW, class TDY>
-void launch_bwd(const BwdArgs& a, const Plan& plan, cudaStream_t stream);
+int64_t launch_bwd(const BwdArgs& a, const Plan& plan, cudaStream_t stream);
 
 }  // namespace tigon::rms_norm

@@ -1,0 +1,10 @@
+"""Op-level benchmarks: ``python -m tigon.bench`` times tigon against the PyTorch and Liger equivalents.
+
+Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in BENCHMARKS.
+"""
+
+from tigon.bench import rms_norm
+
+BENCHMARKS = {
+    "rms_norm": rms_norm.run,
+}

@@ -1,0 +1,93 @@
+"""CLI: python -m tigon.bench [--ops rms_norm] [--shapes 16384x4096,...] [--dtype bf16] [--quick] [--out DIR]."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from tigon.bench import BENCHMARKS
+from tigon.bench.report import Context, draw_charts, environment, print_table, progress, write_jsonl
+from tigon.bench.timing import measure_copy_bandwidth
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _shapes(text: str) -> list[tuple[int, ...]]:
+    try:
+        return [tuple(int(d) for d in s.lower().split("x")) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shapes look like 16384x4096,4096x4096; got {text!r}")
+
+
+def _names(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tigon.bench", description=__doc__)
+    p.add_argument("--ops", type=_names, default=list(BENCHMARKS),
+                   help=f"comma-separated ops (default: all = {','.join(BENCHMARKS)})")
+    p.add_argument("--impls", type=_names, default=None, help="only these implementations, e.g. tigon,torch_eager")
+    p.add_argument("--shapes", type=_shapes, default=None, help="override each op's shapes, e.g. 16384x4096,4096x4096")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
+    p.add_argument("--quick", action="store_true", help="fewer reps (20 timed, 3 warm-up on a GPU)")
+    p.add_argument("--reps", type=int, default=None, help="timed iterations per measurement (median is reported)")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--out", type=Path, default=Path("bench/out"), help="results.jsonl and charts (default bench/out)")
+    p.add_argument("--no-chart", action="store_true")
+    p.add_argument("--cpu-compile", action="store_true", help="also run torch.compile on the CPU (slow to compile)")
+    args = p.parse_args(argv)
+    unknown = [o for o in args.ops if o not in BENCHMARKS]
+    if unknown:
+        p.error(f"unknown op(s) {unknown}; registered: {list(BENCHMARKS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: torch sees no CUDA device")
+    if device.type == "cpu":
+        progress("no CUDA device: CPU reference path on small shapes" if args.device is None
+                 else "--device cpu: CPU reference path on small shapes")
+    # GPU: many reps because single kernels are tens of microseconds; CPU: the reference path only needs to work.
+    gpu = device.type == "cuda"
+    reps, warmup = ((20, 3) if args.quick else (100, 10)) if gpu else ((5, 1) if args.quick else (10, 2))
+    reps, warmup = args.reps or reps, args.warmup if args.warmup is not None else warmup
+
+    env = environment(device)
+    progress(f"{env['gpu']} | torch {env['torch']} | triton {env['triton']} | liger {env['liger']} | "
+             f"tigon {env['tigon']} | git {env['git_sha']}")
+    copy_gbps = measure_copy_bandwidth(device)
+    progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
+    ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)
+
+    results = []
+    for op in args.ops:
+        try:
+            results += BENCHMARKS[op](args, ctx)
+        except Exception as e:  # one broken op must not lose the others' numbers
+            traceback.print_exc()
+            ctx.note(f"{op}: benchmark failed: {type(e).__name__}: {e}")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(results, args.out / "results.jsonl")
+    progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
+    if not args.no_chart:
+        for path in draw_charts(results, args.out):
+            progress(f"wrote {path}")
+    progress(f"done in {time.perf_counter() - t0:.1f} s")
+    print_table(results, ctx)  # last, so the table ends stdout
+    return 1 if any(r.get("error") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

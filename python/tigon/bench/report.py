@@ -1,0 +1,200 @@
+"""Results: one dict per (op, impl, shape), written as JSON lines, a fixed-width table and a PNG chart per op.
+
+Every record carries the run's environment (GPU, versions, git sha) so that JSON lines from different runs can be
+concatenated and compared later without guessing where each number came from.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = ["Skip", "Context", "progress", "environment", "make_result", "print_table", "write_jsonl", "draw_charts"]
+
+
+class Skip(Exception):
+    """Raised by an implementation's factory when it cannot run here (not installed, wrong device)."""
+
+
+def progress(msg: str) -> None:
+    # stderr, flushed: progress stays visible while stdout (the table) can be redirected to a file.
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Context:
+    """What every op benchmark shares within one run."""
+    device: torch.device
+    dtype: torch.dtype
+    reps: int
+    warmup: int
+    copy_gbps: float
+    env: dict
+    notes: list = field(default_factory=list)
+
+    def note(self, msg: str) -> None:  # shown live and repeated under the table
+        progress(msg)
+        self.notes.append(msg)
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except Exception:
+        return None
+
+
+def _git_sha() -> str:
+    # Ask git in the package's own checkout (the cwd may be anywhere), then the env (CI, installed wheels).
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except Exception:
+        pass
+    return os.environ.get("TIGON_GIT_SHA", "unknown")
+
+
+def environment(device: torch.device) -> dict:
+    import tigon
+    return {
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "liger": _version("liger_kernel") or _liger_dist_version(),
+        "tigon": tigon.version(),
+        "git_sha": _git_sha(),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _liger_dist_version() -> str | None:
+    try:  # liger_kernel has no __version__ in some releases; the installed distribution knows it
+        import importlib.metadata
+        import liger_kernel  # noqa: F401  (only report a version when it actually imports)
+        return importlib.metadata.version("liger-kernel")
+    except Exception:
+        return None
+
+
+def make_result(ctx: Context, op: str, impl: str, shape, nbytes: dict, fwd_ms=None, bwd_ms=None, full_ms=None,
+                peak_mib=None, error=None, **extra) -> dict:
+    """One record. nbytes = the op's byte model {"fwd", "bwd", "full"}: bytes that must move through memory."""
+    def gbps(phase, ms):
+        return None if ms is None else nbytes[phase] / (ms * 1e-3) / 1e9
+
+    def pct(v):
+        return None if v is None else 100.0 * v / ctx.copy_gbps
+
+    fwd_gbps, bwd_gbps, full_gbps = gbps("fwd", fwd_ms), gbps("bwd", bwd_ms), gbps("full", full_ms)
+    return {
+        "op": op, "impl": impl, "shape": [int(s) for s in shape], "dtype": str(ctx.dtype).replace("torch.", ""),
+        "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_mib,
+        "fwd_gbps": fwd_gbps, "bwd_gbps": bwd_gbps, "full_gbps": full_gbps, "copy_gbps": ctx.copy_gbps,
+        "pct_copy_fwd": pct(fwd_gbps), "pct_copy_full": pct(full_gbps),
+        "reps": ctx.reps, "warmup": ctx.warmup, **extra, "error": error, **ctx.env,
+    }
+
+
+# ---- table ------------------------------------------------------------------------------------------------------------
+
+_COLS = [("op", 10), ("shape", 11), ("impl", 13), ("fwd ms", 9), ("bwd ms", 9), ("full ms", 9), ("fwd GB/s", 9),
+         ("full GB/s", 9), ("%copy f/F", 9), ("peak MiB", 9), ("x eager", 7), ("max err y/dx/dw", 23)]
+
+
+def _f(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _row(r: dict, eager_full: float | None) -> list[str]:
+    head = [r["op"], "x".join(map(str, r["shape"])), r["impl"]]
+    if r.get("error"):
+        return head + [f"FAILED: {r['error']}"[:120]]
+    speedup = eager_full / r["full_ms"] if eager_full and r["full_ms"] else None
+    errs = "/".join(_f(r.get(k), ".1e") for k in ("err_y", "err_dx", "err_dw"))
+    return head + [_f(r["fwd_ms"], ".4f"), _f(r["bwd_ms"], ".4f"), _f(r["full_ms"], ".4f"), _f(r["fwd_gbps"], ".1f"),
+                   _f(r["full_gbps"], ".1f"), f"{_f(r['pct_copy_fwd'], '.0f')}/{_f(r['pct_copy_full'], '.0f')}",
+                   _f(r["peak_mib"], ".1f"), _f(speedup, ".2f"), errs]
+
+
+def print_table(results: list[dict], ctx: Context) -> None:
+    env = ctx.env
+    print(f"\n{env['gpu']} | {str(ctx.dtype).replace('torch.', '')} | copy bandwidth {ctx.copy_gbps:.1f} GB/s "
+          f"(read+write) | torch {env['torch']} | tigon {env['tigon']} | git {env['git_sha']} | "
+          f"median of {ctx.reps} reps")
+    print("full = forward + backward; GB/s from the byte model (fwd 2, bwd 3, full 5 x tensor bytes); "
+          "x eager = torch_eager full ms / full ms; max err vs torch_eager in float32")
+    widths = [w for _, w in _COLS]
+    line = lambda cells: "  ".join(c.rjust(w) if i > 2 else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    print(line([name for name, _ in _COLS]))
+    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    prev = None
+    for r in results:
+        key = (r["op"], tuple(r["shape"]))
+        if prev is not None and key != prev:
+            print()  # blank line between shapes keeps the impls of one shape together
+        prev = key
+        eager = next((e["full_ms"] for e in results if (e["op"], tuple(e["shape"])) == key
+                      and e["impl"] == "torch_eager" and not e.get("error")), None)
+        print(line(_row(r, eager)))
+    for n in ctx.notes:
+        print(f"note: {n}")
+    sys.stdout.flush()
+
+
+# ---- files ------------------------------------------------------------------------------------------------------------
+
+def write_jsonl(results: list[dict], path: Path) -> None:
+    with open(path, "w") as f:  # one file per run; collect runs by concatenating files
+        for r in results:
+            f.write(json.dumps(r) + "\n")
+
+
+def draw_charts(results: list[dict], out: Path) -> list[Path]:
+    """One PNG per op: grouped bars (one group per shape, one bar per impl) of fwd ms, full ms and full % of copy."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        progress("matplotlib not importable: no chart (pip install matplotlib)")
+        return []
+    paths = []
+    for op in dict.fromkeys(r["op"] for r in results):
+        rows = [r for r in results if r["op"] == op and not r.get("error")]
+        if not rows:
+            continue
+        shapes = list(dict.fromkeys("x".join(map(str, r["shape"])) for r in rows))
+        impls = list(dict.fromkeys(r["impl"] for r in rows))
+        panels = [("fwd_ms", "forward (ms, lower is better)"), ("full_ms", "forward + backward (ms, lower is better)"),
+                  ("pct_copy_full", "forward + backward: % of copy bandwidth")]
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
+        width = 0.8 / len(impls)
+        for ax, (key, title) in zip(axes, panels):
+            for i, impl in enumerate(impls):
+                vals = [next((r[key] for r in rows if r["impl"] == impl and "x".join(map(str, r["shape"])) == s), 0)
+                        or 0 for s in shapes]
+                pos = [j + (i - (len(impls) - 1) / 2) * width for j in range(len(shapes))]
+                bars = ax.bar(pos, vals, width, label=impl)
+                ax.bar_label(bars, fmt="%.3g", fontsize=7)
+            ax.set_xticks(range(len(shapes)), shapes)
+            ax.set_title(title, fontsize=10)
+        axes[0].legend(fontsize=8)
+        r0 = rows[0]
+        fig.suptitle(f"{op} | {r0['gpu']} | {r0['dtype']} | tigon {r0['tigon']} | git {r0['git_sha']}", fontsize=11)
+        fig.tight_layout()
+        path = out / f"{op}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths

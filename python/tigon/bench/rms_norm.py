@@ -1,0 +1,153 @@
+"""RMSNorm benchmark: tigon against Hugging Face's LlamaRMSNorm (eager and torch.compile) and Liger-Kernel.
+
+Every implementation gets the same inputs in the same process, so the rows of one table are directly comparable.
+RMSNorm is memory-bound, so the figure of merit is achieved bandwidth against a plain copy measured in the same run.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from tigon.bench.report import Skip, make_result, progress
+from tigon.bench.timing import peak_extra_mib, synchronize, time_ms
+
+OP = "rms_norm"
+GPU_SHAPES = [(16384, 4096), (4096, 4096), (16384, 8192), (65536, 1024)]  # first = the headline (8B-class model)
+CPU_SHAPES = [(256, 1024), (64, 4096)]
+EPS = 1e-6
+
+
+def hf_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """LlamaRMSNorm.forward from transformers, written out: the baseline everyone trains with."""
+    h = x.to(torch.float32)
+    var = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(var + eps)
+    return w * h.to(x.dtype)
+
+
+# ---- implementations: each factory returns fn(x, w) -> y or raises Skip(reason) ------------------------------------
+
+def _tigon(ctx, args):
+    import tigon
+    return lambda x, w: tigon.ops.rms_norm(x, w, EPS, casting_mode="llama")
+
+
+def _torch_eager(ctx, args):
+    return hf_rms_norm
+
+
+def _torch_compile(ctx, args):
+    if ctx.device.type != "cuda" and not args.cpu_compile:
+        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
+    # dynamic=False: specialise on each shape, as a training run with fixed sequence length would.
+    return torch.compile(hf_rms_norm, dynamic=False)
+
+
+def _liger(ctx, args):
+    try:
+        import liger_kernel  # noqa: F401
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    except Exception as e:  # ImportError, or Triton failing to initialise
+        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
+    if ctx.device.type != "cuda":
+        raise Skip("Liger is Triton: CUDA only")
+    # in_place was added to the signature in later versions; pass False so dy survives repeated backward calls
+    # (and so the comparison with tigon, which also keeps dy, is like for like).
+    if "in_place" in inspect.signature(LigerRMSNormFunction.forward).parameters:
+        return lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+    return lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama")
+
+
+IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
+
+
+# ---- measurement ------------------------------------------------------------------------------------------------------
+
+def _forward_backward(fn, x, w, dy):
+    xg, wg = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    y = fn(xg, wg)
+    dx, dw = torch.autograd.grad(y, (xg, wg), dy)
+    return y, dx, dw
+
+
+def _max_errors(fn, x, w, dy, ref) -> dict:
+    """Max abs difference of y, dx, dw against torch_eager computed in float32 (diff taken in float32)."""
+    got = _forward_backward(fn, x, w, dy)
+    return {f"err_{k}": (g.float() - r).abs().max().item() for k, g, r in zip(("y", "dx", "dw"), got, ref)}
+
+
+def _time_impl(fn, x, w, dy, ctx) -> dict:
+    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
+    with torch.no_grad():
+        fwd_ms = time_ms(lambda: fn(x, w), device, reps, warmup)
+
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    # Backward alone: a fresh forward before each iteration, outside the timed region. Replaying one graph with
+    # retain_graph=True would be simpler, but torch.compile's backward donates its saved buffers and refuses it.
+    bwd_ms = time_ms(lambda y: torch.autograd.grad(y, (xg, wg), dy), device, reps, warmup,
+                     setup=lambda: fn(xg, wg))
+
+    def full():
+        return torch.autograd.grad(fn(xg, wg), (xg, wg), dy)
+
+    full_ms = time_ms(full, device, reps, warmup)
+    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_extra_mib(full, device)}
+
+
+def run(args, ctx) -> list[dict]:
+    fns = {}
+    for name, make in IMPLS.items():
+        if args.impls and name not in args.impls:
+            continue
+        try:
+            fns[name] = make(ctx, args)
+        except Skip as s:
+            ctx.note(f"{OP}: {name} skipped: {s}")
+        except Exception as e:
+            ctx.note(f"{OP}: {name} failed to set up: {type(e).__name__}: {e}")
+
+    shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
+    results = []
+    for shape in shapes:
+        if len(shape) != 2:
+            ctx.note(f"{OP}: shape {'x'.join(map(str, shape))} skipped: expected rows x hidden")
+            continue
+        M, N = shape
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        rand = lambda *size: torch.randn(*size, generator=gen, device=ctx.device)  # noqa: E731
+        x = rand(M, N).to(ctx.dtype)
+        w = (1 + 0.1 * rand(N)).to(ctx.dtype)  # weight in x's dtype (bf16), like HF checkpoints
+        dy = rand(M, N).to(ctx.dtype)
+        elt = x.element_size()
+        nbytes = {"fwd": 2 * M * N * elt, "bwd": 3 * M * N * elt, "full": 5 * M * N * elt}  # weight is negligible
+        if "torch_compile" in fns:
+            torch._dynamo.reset()  # fresh specialisation per shape, never the recompile limit
+
+        # Check every impl first, then drop the float32 reference so it does not sit in memory during timing.
+        ref = _forward_backward(hf_rms_norm, x.float(), w.float(), dy.float())
+        checks = {}
+        for name, fn in fns.items():
+            try:
+                checks[name] = _max_errors(fn, x, w, dy, ref)
+            except Exception as e:
+                checks[name] = e
+        del ref
+
+        for name, fn in fns.items():
+            label = f"{OP} {M}x{N} {name}"
+            try:
+                if isinstance(checks[name], Exception):
+                    raise checks[name]
+                progress(f"{label}: max err y/dx/dw " + "/".join(f"{v:.1e}" for v in checks[name].values()))
+                times = _time_impl(fn, x, w, dy, ctx)
+                res = make_result(ctx, OP, name, shape, nbytes, **times, **checks[name])
+                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
+            except Exception as e:
+                progress(f"{label}: FAILED {type(e).__name__}: {e}")
+                res = make_result(ctx, OP, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
+            results.append(res)
+            synchronize(ctx.device)
+        del x, w, dy
+    return results

@@ -1,0 +1,104 @@
+"""Timing helpers shared by every op benchmark.
+
+GPU: one pair of CUDA events per iteration around the op alone, with the L2 cache flushed before each iteration
+(outside the events) so every run reads its inputs from HBM, as in a training step where the activations were
+written long before; the median is reported because it ignores the occasional clock or scheduling hiccup.
+CPU: time.perf_counter around each call, median, for the reference path on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+__all__ = ["time_ms", "measure_copy_bandwidth", "peak_extra_mib", "synchronize"]
+
+_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H100/H200: 50 MiB, B200: 126 MiB)
+_flush_buffers: dict = {}
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _flush_l2(device: torch.device) -> None:
+    buf = _flush_buffers.get(device)
+    if buf is None:  # allocated once: allocating per iteration would add allocator noise
+        buf = _flush_buffers[device] = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device=device)
+    buf.zero_()
+
+
+def _cuda_time_ms(fn, device: torch.device, reps: int, warmup: int, flush: bool, setup) -> float:
+    for _ in range(warmup):  # first calls pay for allocator growth, lazy module loading, autotuning, compilation
+        fn(setup()) if setup else fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    torch.cuda.synchronize(device)
+    for start, end in events:
+        arg = setup() if setup else None  # untimed; before the flush so its outputs are not left in L2
+        if flush:
+            _flush_l2(device)
+        start.record()
+        fn(arg) if setup else fn()
+        end.record()
+        del arg
+    torch.cuda.synchronize(device)  # read the events only once, so the queue never drains between iterations
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def _cpu_time_ms(fn, reps: int, warmup: int, setup) -> float:
+    for _ in range(warmup):
+        fn(setup()) if setup else fn()
+    samples = []
+    for _ in range(reps):
+        arg = setup() if setup else None
+        t0 = time.perf_counter()
+        fn(arg) if setup else fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+        del arg
+    return statistics.median(samples)
+
+
+def time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: int = 10, flush: bool = True,
+            setup: Callable[[], object] | None = None) -> float:
+    """Median milliseconds of one call of fn() (CUDA events on a GPU, perf_counter on the CPU).
+
+    With setup, every iteration first runs arg = setup() outside the timed region and then times fn(arg): e.g. a
+    forward pass, so that a backward pass can be timed alone on a fresh graph each time."""
+    if device.type == "cuda":
+        return _cuda_time_ms(fn, device, reps, warmup, flush, setup)
+    return _cpu_time_ms(fn, reps, warmup, setup)
+
+
+def measure_copy_bandwidth(device: torch.device, nbytes: int | None = None, reps: int = 20) -> float:
+    """GB/s of a plain tensor copy (bytes read + bytes written): the practical memory-bandwidth ceiling that the
+    memory-bound ops are quoted against. 1 GiB on a GPU (far beyond L2, so no flush needed), 64 MiB on the CPU."""
+    if nbytes is None:
+        nbytes = (1 << 30) if device.type == "cuda" else (64 << 20)
+        if device.type == "cuda":  # leave room on small or busy GPUs: src + dst + the flush buffer
+            free, _ = torch.cuda.mem_get_info(device)
+            while nbytes > (64 << 20) and 2 * nbytes + _FLUSH_BYTES > free // 2:
+                nbytes //= 2
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), device, reps=reps, warmup=3, flush=False)
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def peak_extra_mib(fn: Callable[[], object], device: torch.device) -> float | None:
+    """MiB allocated by one call of fn() on top of what was live before it (inputs, dy): the op's own activations,
+    outputs and workspace. None on the CPU, where torch keeps no allocator statistics."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    out = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    del out
+    return peak / (1 << 20)
