@@ -1,6 +1,7 @@
 // RMSNorm CUDA path: launch planning, dtype dispatch and the deterministic dw reduction.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -19,15 +20,28 @@ bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
-// Threads per row and rows per block of the cached kernels: one vector of 16 bytes of x per thread per
-// kCachedNV; rows shorter than a warp share one, and small rows are packed to ~128-thread blocks.
+// Vectors per thread of the cached kernels. Two (more threads per row, fewer registers each, so more resident warps)
+// unless that needs more than kPreferThreads threads per row. TIGON_RMS_NORM_NV=2|4 overrides it, for tuning.
+constexpr int kPreferThreads = 512;
+
+int env_nv() {
+  static const int nv = [] {
+    const char* e = std::getenv("TIGON_RMS_NORM_NV");
+    return e ? std::atoi(e) : 0;
+  }();
+  return nv;
+}
+
+// Threads per row and rows per block of the cached kernels: nv vectors of 16 bytes of x per thread; rows shorter
+// than a warp share one, and short rows are packed into ~128-thread blocks.
 struct Shape {
-  int tpr = 0, rpb = 0;
+  int nv = 4, tpr = 0, rpb = 0;
 };
-Shape cached_shape(int64_t cols, DType x_dtype) {
+Shape cached_shape(int64_t cols, DType x_dtype, int nv) {
   const int v = 16 / dtype_bytes(x_dtype);
-  const int64_t need = ceil_div(ceil_div(cols, v), kCachedNV);
+  const int64_t need = ceil_div(ceil_div(cols, v), nv);
   Shape s;
+  s.nv = nv;
   if (need <= 32) {
     s.tpr = 1;
     while (s.tpr < need) s.tpr *= 2;
@@ -36,6 +50,11 @@ Shape cached_shape(int64_t cols, DType x_dtype) {
   }
   s.rpb = s.tpr < 128 ? 128 / s.tpr : 1;
   return s;
+}
+Shape cached_shape(int64_t cols, DType x_dtype) {
+  if (env_nv() == 2 || env_nv() == 4) return cached_shape(cols, x_dtype, env_nv());
+  const Shape two = cached_shape(cols, x_dtype, 2);
+  return two.tpr <= kPreferThreads ? two : cached_shape(cols, x_dtype, 4);
 }
 
 bool cols_vectorizable(const RowMatrix& x) { return x.cols % (16 / dtype_bytes(x.dtype)) == 0; }
@@ -56,6 +75,7 @@ Plan fwd_plan(const FwdProblem& pr) {
   if (vec && s.tpr <= kFwdMaxThreads) {
     Plan p;
     p.cached = p.vec = true;
+    p.nv = s.nv;
     p.block = dim3(s.tpr, s.rpb);
     p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
     return p;
@@ -87,6 +107,7 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
   Plan p;
   if (vec && s.tpr <= kBwdMaxThreads) {
     p.cached = p.vec = true;
+    p.nv = s.nv;
     p.block = dim3(s.tpr, s.rpb);
     p.grid = unsigned(max_rows / s.rpb);
   } else {

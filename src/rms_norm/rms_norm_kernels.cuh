@@ -36,7 +36,8 @@ struct BwdArgs {
   float offset;
 };
 
-constexpr int kCachedNV = 4;            // vectors per thread in the cached kernels
+// The cached kernels hold NV 16-byte vectors of a row per thread, NV = 2 or 4 (fewer registers and more resident warps
+// against more bytes in flight per thread; the launcher picks one per shape).
 constexpr int kFwdMaxThreads = 1024;    // cached forward: 32 floats of x per thread stay in registers
 constexpr int kBwdMaxThreads = 512;     // cached backward: x, g and the dw sums (96 floats) need up to 128 registers
 

@@ -12,8 +12,10 @@ namespace tigon::rms_norm {
 template <class TX, class TW, class TY>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
-  if (p.cached)
-    kern::fwd_cached<TX, TW, TY, kCachedNV><<<p.grid, p.block, 0, stream>>>(a);
+  if (p.cached && p.nv == 2)
+    kern::fwd_cached<TX, TW, TY, 2><<<p.grid, p.block, 0, stream>>>(a);
+  else if (p.cached)
+    kern::fwd_cached<TX, TW, TY, 4><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.vec)
     kern::fwd_two_pass<TX, TW, TY, V><<<p.grid, p.block, 0, stream>>>(a);
   else
@@ -26,7 +28,7 @@ int64_t launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached) {
     // As many blocks as stay resident: each walks many rows, so its dw partial sums stay in registers.
-    auto kernel = kern::bwd_cached<TX, TW, TDY, kCachedNV>;
+    auto kernel = p.nv == 2 ? kern::bwd_cached<TX, TW, TDY, 2> : kern::bwd_cached<TX, TW, TDY, 4>;
     int per_sm = 0;
     TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.block.x * p.block.y, 0));
     const unsigned grid = std::min<unsigned>(p.grid, unsigned(std::max(1, per_sm) * p.sms));
