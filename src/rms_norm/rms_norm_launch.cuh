@@ -2,6 +2,9 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "common/cuda_check.h"
 #include "rms_norm/rms_norm_kernels.cuh"
@@ -9,11 +12,28 @@
 
 namespace tigon::rms_norm {
 
+// Blocks of `threads` threads of `kernel` that fit on one multiprocessor, asked once per (kernel, block size): the
+// occupancy calculator costs microseconds of host time, too much for every launch.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), threads);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
+  return cache[key] = std::max(1, n);
+}
+
 template <class TX, class TW, class TY>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached && p.nv == 2)
     kern::fwd_cached<TX, TW, TY, 2><<<p.grid, p.block, 0, stream>>>(a);
+  else if (p.cached && p.nv == 8)
+    kern::fwd_cached<TX, TW, TY, 8><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.cached)
     kern::fwd_cached<TX, TW, TY, 4><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.vec)
@@ -29,9 +49,8 @@ int64_t launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
   if (p.cached) {
     // As many blocks as stay resident: each walks many rows, so its dw partial sums stay in registers.
     auto kernel = p.nv == 2 ? kern::bwd_cached<TX, TW, TDY, 2> : kern::bwd_cached<TX, TW, TDY, 4>;
-    int per_sm = 0;
-    TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.block.x * p.block.y, 0));
-    const unsigned grid = std::min<unsigned>(p.grid, unsigned(std::max(1, per_sm) * p.sms));
+    const int per_sm = resident_blocks(kernel, p.block.x * p.block.y);
+    const unsigned grid = std::min<unsigned>(p.grid, unsigned(per_sm * p.sms));
     kernel<<<grid, p.block, 0, stream>>>(a);
     TIGON_CUDA_CHECK_LAUNCH();
     return int64_t(grid) * p.block.y;

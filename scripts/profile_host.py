@@ -1,0 +1,56 @@
+"""Host time per call of RMSNorm forward and forward + backward on tiny CUDA tensors (the GPU idles, so this is the
+Python + launch overhead that a fast kernel must hide), for tigon and the baselines, plus a cProfile of tigon's."""
+import cProfile
+import pstats
+import time
+
+import torch
+
+import tigon
+
+x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+w = torch.ones(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+dy = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+
+
+def eager(x, w):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * h.to(x.dtype)
+
+
+impls = {"tigon": lambda x, w: tigon.ops.rms_norm(x, w, 1e-6), "torch_eager": eager}
+try:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    impls["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
+except Exception as e:  # noqa: BLE001
+    print("liger not importable:", e)
+
+
+def per_call_us(fn, n=2000):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+for name, f in impls.items():
+    def fwd():
+        with torch.no_grad():
+            f(x, w)
+
+    def full():
+        torch.autograd.grad(f(x, w), (x, w), dy)
+    print(f"{name:12s} fwd {per_call_us(fwd):7.1f} us   fwd+bwd {per_call_us(full):7.1f} us", flush=True)
+
+prof = cProfile.Profile()
+prof.enable()
+for _ in range(2000):
+    torch.autograd.grad(tigon.ops.rms_norm(x, w, 1e-6), (x, w), dy)
+torch.cuda.synchronize()
+prof.disable()
+pstats.Stats(prof).sort_stats("tottime").print_stats(12)
