@@ -20,16 +20,17 @@ bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
-// Vectors per thread of the cached kernels, measured on the H200 (bf16, 16384 x 4096): the forward is fastest with 4
-// (more bytes in flight per warp at the same register-limited occupancy: 69 us against 95 us with 2), the backward,
-// which also keeps dw sums and the next row in registers, with 2. TIGON_RMS_NORM_FWD_NV / _BWD_NV override, for tuning.
+// Vectors per thread of the cached kernels, measured on the H200 (bf16, 16384 x 4096, ncu): the forward is fastest
+// with 4 (more bytes in flight per warp at the same register-limited occupancy: 69 us; 95 us with 2, 77 us with 8),
+// the backward, which also keeps the dw sums in registers, with 2 (112 us; 116 us with 4; loading the next row
+// ahead cost occupancy and 148 us). TIGON_RMS_NORM_FWD_NV / _BWD_NV (2 or 4) override it, for tuning.
 int env_int(const char* name) {
   const char* e = std::getenv(name);
   return e ? std::atoi(e) : 0;
 }
 int fwd_nv() {
   static const int nv = env_int("TIGON_RMS_NORM_FWD_NV");
-  return nv == 2 || nv == 8 ? nv : 4;
+  return nv == 2 ? 2 : 4;
 }
 int bwd_nv() {
   static const int nv = env_int("TIGON_RMS_NORM_BWD_NV");
@@ -75,8 +76,8 @@ Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
 Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
                    (pr.w == nullptr || cuda::aligned16(pr.w));
-  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv(), fwd_nv() == 8 ? kFwdMaxThreads / 2 : kFwdMaxThreads);
-  if (vec && s.tpr <= (s.nv == 8 ? kFwdMaxThreads / 2 : kFwdMaxThreads)) {
+  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv(), kFwdMaxThreads);
+  if (vec && s.tpr <= kFwdMaxThreads) {
     Plan p;
     p.cached = p.vec = true;
     p.nv = s.nv;

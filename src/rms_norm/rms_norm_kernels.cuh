@@ -36,7 +36,7 @@ struct BwdArgs {
   float offset;
 };
 
-// The cached kernels hold NV 16-byte vectors of a row per thread, NV = 2, 4 or 8 (fewer registers and more resident
+// The cached kernels hold NV 16-byte vectors of a row per thread, NV = 2 or 4 (fewer registers and more resident
 // warps against more bytes in flight per thread; the launcher picks one per direction and shape).
 constexpr int kFwdMaxThreads = 1024;    // cached forward: 32 floats of x per thread stay in registers
 constexpr int kBwdMaxThreads = 512;     // cached backward: x, g and the dw sums (96 floats) need up to 128 registers
@@ -82,7 +82,7 @@ __device__ __forceinline__ float rstd_of(float sum_sq, int64_t cols, float eps) 
 }
 
 template <class TX, class TW, class TY, int NV>
-__global__ void __launch_bounds__(NV == 8 ? kFwdMaxThreads / 2 : kFwdMaxThreads) fwd_cached(FwdArgs a) {
+__global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ float red[32];
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
@@ -161,33 +161,26 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[i][j] = 0.f;
 
-  // Software pipelined: the next row's x and dy are loaded before this row's reduction and stores, so a block
-  // always has loads in flight while it waits at the row-sum barriers. Both stay packed in registers.
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  cuda::Packed<TX, V> xv[NV], xn[NV];
-  cuda::Packed<TDY, V> dv[NV], dn[NV];
-  auto load_row = [&](int64_t g, cuda::Packed<TX, V>(&xs)[NV], cuda::Packed<TDY, V>(&ds)[NV]) {
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t row = g * blockDim.y + threadIdx.y;
-    const bool live = g < groups && row < a.rows;
+    const bool live = row < a.rows;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
     const TDY* dy = static_cast<const TDY*>(a.dy) + row * a.dy_stride;
+    // x and dy stay packed in registers between the two sweeps (half the registers of floats for 16-bit types).
+    cuda::Packed<TX, V> xv[NV];
+    cuda::Packed<TDY, V> dv[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
       if (live && c < a.cols) {
-        xs[i].load(x + c);
-        ds[i].load(dy + c);
+        xv[i].load(x + c);
+        dv[i].load(dy + c);
       } else {
-        xs[i].zero();
-        ds[i].zero();
+        xv[i].zero();
+        dv[i].zero();
       }
     }
-  };
-  load_row(blockIdx.x, xv, dv);
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-    load_row(g + gridDim.x, xn, dn);
-    const int64_t row = g * blockDim.y + threadIdx.y;
-    const bool live = row < a.rows;
     const float r = live ? a.rstd[row] : 0.f;
     float dot = 0.f;
 #pragma unroll
@@ -205,23 +198,19 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
       }
     }
     dot = cuda::row_sum(dot, red);
+    if (!live) continue;
     const float mean = dot / float(a.cols);
     TX* dx = static_cast<TX*>(a.dx) + row * a.dx_stride;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (live && c < a.cols) {
+      if (c < a.cols) {
         float s[V], out[V];
         load_scale<TW, V>(a.w, c, a.offset, s);
 #pragma unroll
         for (int j = 0; j < V; ++j) out[j] = r * (dv[i][j] * s[j] - xv[i][j] * r * mean);
         store_vec<TX, V>(dx + c, out);
       }
-    }
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      xv[i] = xn[i];
-      dv[i] = dn[i];
     }
   }
   if (a.partial == nullptr) return;

@@ -32,8 +32,6 @@ void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached && p.nv == 2)
     kern::fwd_cached<TX, TW, TY, 2><<<p.grid, p.block, 0, stream>>>(a);
-  else if (p.cached && p.nv == 8)
-    kern::fwd_cached<TX, TW, TY, 8><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.cached)
     kern::fwd_cached<TX, TW, TY, 4><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.vec)
