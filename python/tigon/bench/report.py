@@ -96,6 +96,10 @@ def make_result(ctx: Context, op: str, impl: str, shape, nbytes: dict, fwd_ms=No
         return None if v is None else 100.0 * v / ctx.copy_gbps
 
     fwd_gbps, bwd_gbps, full_gbps = gbps("fwd", fwd_ms), gbps("bwd", bwd_ms), gbps("full", full_ms)
+    for key in ("fwd", "full"):  # device time from CUDA-graph replay, when measured
+        ms = extra.get(f"{key}_graph_ms")
+        extra[f"{key}_graph_gbps"] = gbps(key, ms)
+        extra[f"pct_copy_{key}_graph"] = pct(gbps(key, ms))
     return {
         "op": op, "impl": impl, "shape": [int(s) for s in shape], "dtype": str(ctx.dtype).replace("torch.", ""),
         "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_mib,
@@ -107,8 +111,9 @@ def make_result(ctx: Context, op: str, impl: str, shape, nbytes: dict, fwd_ms=No
 
 # ---- table ------------------------------------------------------------------------------------------------------------
 
-_COLS = [("op", 10), ("shape", 11), ("impl", 13), ("fwd ms", 9), ("bwd ms", 9), ("full ms", 9), ("fwd GB/s", 9),
-         ("full GB/s", 9), ("%copy f/F", 9), ("peak MiB", 9), ("x eager", 7), ("max err y/dx/dw", 23)]
+_COLS = [("op", 8), ("shape", 11), ("impl", 13), ("fwd ms", 8), ("bwd ms", 8), ("full ms", 8), ("fwd GB/s", 8),
+         ("full GB/s", 9), ("%copy f/F", 9), ("graph f/F ms", 15), ("g.%copy", 7), ("peak MiB", 8), ("x eager", 7),
+         ("max err y/dx/dw", 23)]
 
 
 def _f(v, fmt: str) -> str:
@@ -123,6 +128,8 @@ def _row(r: dict, eager_full: float | None) -> list[str]:
     errs = "/".join(_f(r.get(k), ".1e") for k in ("err_y", "err_dx", "err_dw"))
     return head + [_f(r["fwd_ms"], ".4f"), _f(r["bwd_ms"], ".4f"), _f(r["full_ms"], ".4f"), _f(r["fwd_gbps"], ".1f"),
                    _f(r["full_gbps"], ".1f"), f"{_f(r['pct_copy_fwd'], '.0f')}/{_f(r['pct_copy_full'], '.0f')}",
+                   f"{_f(r.get('fwd_graph_ms'), '.4f')}/{_f(r.get('full_graph_ms'), '.4f')}",
+                   f"{_f(r.get('pct_copy_fwd_graph'), '.0f')}/{_f(r.get('pct_copy_full_graph'), '.0f')}",
                    _f(r["peak_mib"], ".1f"), _f(speedup, ".2f"), errs]
 
 
@@ -131,8 +138,10 @@ def print_table(results: list[dict], ctx: Context) -> None:
     print(f"\n{env['gpu']} | {str(ctx.dtype).replace('torch.', '')} | copy bandwidth {ctx.copy_gbps:.1f} GB/s "
           f"(read+write) | torch {env['torch']} | tigon {env['tigon']} | git {env['git_sha']} | "
           f"median of {ctx.reps} reps")
-    print("full = forward + backward; GB/s from the byte model (fwd 2, bwd 3, full 5 x tensor bytes); "
-          "x eager = torch_eager full ms / full ms; max err vs torch_eager in float32")
+    print("full = forward + backward; eager calls timed with CUDA events (Python and launch overhead included); "
+          "graph = the same calls replayed from a CUDA graph (device time alone); GB/s from the byte model "
+          "(fwd 2, bwd 3, full 5 x tensor bytes); x eager = torch_eager full ms / full ms; max err vs torch_eager "
+          "in float32")
     widths = [w for _, w in _COLS]
     line = lambda cells: "  ".join(c.rjust(w) if i > 2 else c.ljust(w)  # noqa: E731
                                    for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
@@ -177,6 +186,7 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
         shapes = list(dict.fromkeys("x".join(map(str, r["shape"])) for r in rows))
         impls = list(dict.fromkeys(r["impl"] for r in rows))
         panels = [("fwd_ms", "forward (ms, lower is better)"), ("full_ms", "forward + backward (ms, lower is better)"),
+                  ("full_graph_ms", "forward + backward, CUDA graph replay (ms)"),
                   ("pct_copy_full", "forward + backward: % of copy bandwidth")]
         fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
         width = 0.8 / len(impls)

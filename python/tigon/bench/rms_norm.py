@@ -11,7 +11,7 @@ import inspect
 import torch
 
 from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.timing import peak_extra_mib, synchronize, time_ms
+from tigon.bench.timing import graph_time_ms, peak_extra_mib, synchronize, time_ms
 
 OP = "rms_norm"
 GPU_SHAPES = [(16384, 4096), (4096, 4096), (16384, 8192), (65536, 1024)]  # first = the headline (8B-class model)
@@ -93,7 +93,14 @@ def _time_impl(fn, x, w, dy, ctx) -> dict:
         return torch.autograd.grad(fn(xg, wg), (xg, wg), dy)
 
     full_ms = time_ms(full, device, reps, warmup)
-    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_extra_mib(full, device)}
+    out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_extra_mib(full, device)}
+    try:  # the same calls replayed from a CUDA graph: device time alone
+        with torch.no_grad():
+            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(x, w), device, reps, warmup)
+        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
+    except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
+        ctx.note(f"{OP}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+    return out
 
 
 def run(args, ctx) -> list[dict]:

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["time_ms", "measure_copy_bandwidth", "peak_extra_mib", "synchronize"]
+__all__ = ["time_ms", "graph_time_ms", "measure_copy_bandwidth", "peak_extra_mib", "synchronize"]
 
 _FLUSH_BYTES = 256 << 20  # larger than any current L2 (H100/H200: 50 MiB, B200: 126 MiB)
 _flush_buffers: dict = {}
@@ -71,6 +71,26 @@ def time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: int = 1
     if device.type == "cuda":
         return _cuda_time_ms(fn, device, reps, warmup, flush, setup)
     return _cpu_time_ms(fn, reps, warmup, setup)
+
+
+def graph_time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: int = 10) -> float | None:
+    """Median milliseconds of one replay of fn() captured in a CUDA graph, L2 flushed before each replay: the device
+    time of the work with the Python and launch overhead taken out (what a training step sees when the GPU runs
+    ahead of the host, and what CUDA-graph users get). None off the GPU."""
+    if device.type != "cuda":
+        return None
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm up outside capture: lazy init, autotuning, workspace sizes
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    ms = time_ms(graph.replay, device, reps, warmup)
+    del out, graph
+    return ms
 
 
 def measure_copy_bandwidth(device: torch.device, nbytes: int | None = None, reps: int = 20) -> float:

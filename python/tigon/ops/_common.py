@@ -12,12 +12,24 @@ def compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+_rows_ok: dict = {}
+
+
 def rows_ok(t: torch.Tensor) -> bool:
     """Whether t is [..., cols] with last stride 1 and leading dimensions that flatten to one row stride >= cols:
     the layout every row-wise kernel takes without a copy (mirrors as_rows in src/common/tensor.cpp)."""
-    if t.dim() == 0:
+    key = (t.shape, t.stride())
+    ok = _rows_ok.get(key)
+    if ok is None:
+        if len(_rows_ok) > 4096:
+            _rows_ok.clear()
+        ok = _rows_ok[key] = _rows_ok_slow(*key)
+    return ok
+
+
+def _rows_ok_slow(shape, strides) -> bool:
+    if len(shape) == 0:
         return False
-    shape, strides = t.shape, t.stride()
     cols = shape[-1]
     if cols > 1 and strides[-1] != 1:
         return False
@@ -29,7 +41,9 @@ def rows_ok(t: torch.Tensor) -> bool:
             elif stride != row_stride * inner_rows:
                 return False
         inner_rows *= size
-    rows = t.numel() // cols if cols else 0
+    rows = 1
+    for size in shape[:-1]:
+        rows *= size
     return row_stride is None or rows <= 1 or row_stride >= cols
 
 

@@ -26,7 +26,27 @@ def _out_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, mode: int) -> 
     return x_dtype
 
 
+_valid: dict = {}  # argument signatures already checked: the checks cost more host time than the kernel launch
+
+
 def _check_args(x, weight, eps, offset, casting_mode) -> int:
+    try:
+        key = (x.shape, x.stride(), x.dtype, x.device, None if weight is None else
+               (weight.shape, weight.dtype, weight.device), eps, offset, casting_mode)
+        mode = _valid.get(key)
+    except (AttributeError, TypeError):  # not tensors, or unhashable options: let the checks below say what is wrong
+        key, mode = None, None
+    if mode is not None:
+        return mode
+    mode = _check_args_slow(x, weight, eps, offset, casting_mode)
+    if key is not None:
+        if len(_valid) > 4096:
+            _valid.clear()
+        _valid[key] = mode
+    return mode
+
+
+def _check_args_slow(x, weight, eps, offset, casting_mode) -> int:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"rms_norm: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
@@ -36,7 +56,7 @@ def _check_args(x, weight, eps, offset, casting_mode) -> int:
     if x.device.type not in ("cpu", "cuda"):
         raise ValueError(f"rms_norm: argument 'x' must be on a CPU or CUDA device, got {x.device}")
     check_row_layout(x, "x", "rms_norm")
-    if casting_mode not in CASTING_MODES:
+    if not isinstance(casting_mode, str) or casting_mode not in CASTING_MODES:
         raise ValueError(f"rms_norm: argument 'casting_mode' must be one of {sorted(CASTING_MODES)}, "
                          f"got {casting_mode!r}")
     if not eps >= 0.0:
@@ -59,16 +79,15 @@ def _check_args(x, weight, eps, offset, casting_mode) -> int:
 
 # ---- launchers: allocate outputs with torch's allocator, call the C API on torch's current stream -------------------
 
-def _params(eps: float, offset: float, mode: int) -> _lib.RMSNormParams:
-    return _lib.RMSNormParams(eps, offset, mode)
+_CONTIGUOUS = torch.contiguous_format
 
 
 def _fwd_impl(x, weight, eps: float, offset: float, mode: int):
-    y = torch.empty(x.shape, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, mode),
-                    device=x.device)
+    y = torch.empty_like(x, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, mode),
+                         memory_format=_CONTIGUOUS)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     _lib.check(_lib.lib.tigon_rms_norm_fwd(_lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(y),
-                                           _lib.tensor_arg(rstd), _params(eps, offset, mode), _lib.stream_of(x)))
+                                           _lib.tensor_arg(rstd), _lib.RMSNormParams(eps, offset, mode), _lib.stream_of(x)))
     return y, rstd
 
 
@@ -94,18 +113,18 @@ def _bwd_launch(dy, x, weight, rstd, dx, dw, offset: float, mode: int) -> None:
     ws, nbytes = _workspace(x, weight if dw is not None else None)
     _lib.check(_lib.lib.tigon_rms_norm_bwd(
         _lib.tensor_arg(dy), _lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(rstd),
-        _lib.tensor_arg(dx), _lib.tensor_arg(dw), _params(0.0, offset, mode),
+        _lib.tensor_arg(dx), _lib.tensor_arg(dw), _lib.RMSNormParams(0.0, offset, mode),
         None if ws is None else ws.data_ptr(), nbytes, _lib.stream_of(x)))
 
 
 def _empty_dw(x, weight, need_dw):
     if weight is None or not need_dw:
         return torch.empty(0, dtype=x.dtype, device=x.device)
-    return torch.empty_like(weight, memory_format=torch.contiguous_format)
+    return torch.empty_like(weight, memory_format=_CONTIGUOUS)
 
 
 def _bwd_impl(dy, x, weight, rstd, offset: float, mode: int, need_dw: bool):
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dx = torch.empty_like(x, memory_format=_CONTIGUOUS)
     dw = _empty_dw(x, weight, need_dw)
     _bwd_launch(dy, x, weight, rstd, dx, dw if dw.numel() else None, offset, mode)
     return dx, dw
