@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "test_util.h"
@@ -99,7 +100,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::kBFloat16, DType::kFloat32, TIGON_RMS_NORM_GEMMA, 2, 33},
                       Case{DType::kFloat16, DType::kFloat16, TIGON_RMS_NORM_NONE, 6, 96},
                       Case{DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_NONE, 1, 1},
-                      Case{DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 3, 1000}));
+                      Case{DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 3, 1000}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const Case& c = info.param;
+      return std::string(short_name(std::get<0>(c))) + "_w" + short_name(std::get<1>(c)) + "_" +
+             mode_name(std::get<2>(c)) + "_" + std::to_string(std::get<3>(c)) + "x" + std::to_string(std::get<4>(c));
+    });
 
 TEST(RmsNormReference, LlamaRoundsTheNormalizedValueBeforeTheWeight) {
   // bf16 x with an fp32 weight: y = w * bf16(x * rstd), so y / w must be exactly a bf16 value.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "test_util.h"
@@ -106,7 +107,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 3, 65537, 0},
         Case{DType::kFloat16, DType::kFloat32, DType::kFloat16, TIGON_RMS_NORM_LLAMA, 4, 4096, 1},
         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_GEMMA, 6, 65536, 0},
-        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 1, 1, 0}));
+        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 1, 1, 0}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const Case& c = info.param;
+      return std::string(short_name(std::get<0>(c))) + "_w" + short_name(std::get<1>(c)) + "_y" +
+             short_name(std::get<2>(c)) + "_" + mode_name(std::get<3>(c)) + "_" + std::to_string(std::get<4>(c)) +
+             "x" + std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
+    });
 
 TEST(RmsNormCudaApi, WorkspaceTooSmallIsAnError) {
   SKIP_WITHOUT_GPU();

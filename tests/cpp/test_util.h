@@ -24,6 +24,17 @@ inline tigon_dtype to_dl(DType t) {
   return tigon::dtype::float32;
 }
 
+inline const char* short_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "f32";
+    case DType::kFloat16: return "f16";
+    case DType::kBFloat16: return "bf16";
+    default: return "int";
+  }
+}
+
+inline const char* mode_name(int mode) { return mode == 0 ? "llama" : mode == 1 ? "gemma" : "none"; }
+
 // rows x cols with a row stride (elements), host memory.
 struct HostMat {
   DType dtype;
