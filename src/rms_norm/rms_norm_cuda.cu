@@ -28,9 +28,9 @@ int env_int(const char* name) {
   const char* e = std::getenv(name);
   return e ? std::atoi(e) : 0;
 }
-int fwd_nv() {
+int fwd_nv() {  // 0: the two-pass kernel (x re-read from cache instead of held in registers)
   static const int nv = env_int("TIGON_RMS_NORM_FWD_NV");
-  return nv == 2 ? 2 : 4;
+  return nv == 2 || nv == 1 ? nv : 4;
 }
 int bwd_nv() {
   static const int nv = env_int("TIGON_RMS_NORM_BWD_NV");
@@ -76,8 +76,8 @@ Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
 Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
                    (pr.w == nullptr || cuda::aligned16(pr.w));
-  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv(), kFwdMaxThreads);
-  if (vec && s.tpr <= kFwdMaxThreads) {
+  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv() == 1 ? 4 : fwd_nv(), kFwdMaxThreads);
+  if (vec && s.tpr <= kFwdMaxThreads && fwd_nv() != 1) {
     Plan p;
     p.cached = p.vec = true;
     p.nv = s.nv;

@@ -131,6 +131,7 @@ __global__ void __launch_bounds__(1024) fwd_two_pass(FwdArgs a) {
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
     float ss = 0.f;
+#pragma unroll 4
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
       float v[V];
       load_vec<TX, V>(x + c, v);
@@ -141,6 +142,7 @@ __global__ void __launch_bounds__(1024) fwd_two_pass(FwdArgs a) {
     const float r = rstd_of(ss, a.cols, a.eps);
     if (threadIdx.x == 0 && a.rstd) a.rstd[row] = r;
     TY* y = static_cast<TY*>(a.y) + row * a.y_stride;
+#pragma unroll 4
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
       float v[V], s[V], out[V];
       load_vec<TX, V>(x + c, v);
