@@ -20,8 +20,9 @@ class DeviceGuard {
   bool switched_ = false;
 };
 
-// Multiprocessor count of a device (cached per device; no synchronisation).
+// Multiprocessor count and compute capability major of a device (cached per device; no synchronisation).
 int sm_count(int device);
+int compute_major(int device);
 
 #define TIGON_ON_CUDA(tensor, ...)                          \
   do {                                                      \
