@@ -125,47 +125,35 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
   }
 }
 
-// Forward through the bulk copy engine (sm_90+): a persistent block walks row groups with kBulkStages shared-memory
-// buffers; one thread asks for each group's rows with one asynchronous copy per row, completing on that buffer's
-// mbarrier, kBulkStages groups ahead. No row lives in registers, so in-flight bytes are bounded by shared memory
-// (~200 KB per multiprocessor) instead of registers (~64 KB). Same block shape as fwd_cached; dynamic shared memory
-// = kBulkStages * rows per block * cols * sizeof(TX).
-constexpr int kBulkStages = 3;
-
+// Forward through the bulk copy engine (sm_90+): the block's rows arrive in shared memory by one asynchronous copy
+// each, so a block holds no row in registers and many blocks per multiprocessor keep ~100 KB of loads in flight.
+// Same block shape as fwd_cached; dynamic shared memory = rows per block * cols * sizeof(TX).
 template <class TX, class TW, class TY, int NV>
 __global__ void __launch_bounds__(kFwdMaxThreads) fwd_bulk(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   extern __shared__ __align__(16) unsigned char smem_rows[];
   __shared__ float red[32];
-  __shared__ __align__(8) uint64_t bars[kBulkStages];
+  __shared__ __align__(8) uint64_t bar;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   const uint32_t row_bytes = uint32_t(a.cols * sizeof(TX));
-  const size_t stage_bytes = size_t(row_bytes) * blockDim.y;
-  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  if (tid == 0)
-    for (int st = 0; st < kBulkStages; ++st) cuda::mbarrier_init(&bars[st], 1);
+  if (tid == 0) cuda::mbarrier_init(&bar, 1);
   __syncthreads();
-
-  auto request = [&](int64_t g, int st) {  // thread 0 only
-    if (g >= groups) return;
-    const int64_t first = g * blockDim.y;
-    const int live_rows = int(a.rows - first < int64_t(blockDim.y) ? a.rows - first : int64_t(blockDim.y));
-    cuda::fence_proxy_async_shared();
-    cuda::mbarrier_arrive_expect_tx(&bars[st], row_bytes * live_rows);
-    for (int r = 0; r < live_rows; ++r)
-      cuda::bulk_copy_g2s(smem_rows + st * stage_bytes + size_t(r) * row_bytes,
-                          static_cast<const TX*>(a.x) + (first + r) * a.x_stride, row_bytes, &bars[st]);
-  };
-  if (tid == 0)
-    for (int st = 0; st < kBulkStages; ++st) request(blockIdx.x + int64_t(st) * gridDim.x, st);
-
-  int st = 0;
+  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
   uint32_t phase = 0;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, phase ^= 1) {
+    if (tid == 0) {
+      const int64_t first = g * blockDim.y;
+      const int live_rows = int(a.rows - first < int64_t(blockDim.y) ? a.rows - first : int64_t(blockDim.y));
+      cuda::fence_proxy_async_shared();
+      cuda::mbarrier_arrive_expect_tx(&bar, row_bytes * live_rows);
+      for (int r = 0; r < live_rows; ++r)
+        cuda::bulk_copy_g2s(smem_rows + size_t(r) * row_bytes,
+                            static_cast<const TX*>(a.x) + (first + r) * a.x_stride, row_bytes, &bar);
+    }
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
-    const TX* xs = reinterpret_cast<const TX*>(smem_rows + st * stage_bytes + size_t(threadIdx.y) * row_bytes);
-    cuda::mbarrier_wait(&bars[st], phase);
+    const TX* xs = reinterpret_cast<const TX*>(smem_rows + size_t(threadIdx.y) * row_bytes);
+    cuda::mbarrier_wait(&bar, phase);
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -194,12 +182,7 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_bulk(FwdArgs a) {
         }
       }
     }
-    __syncthreads();  // every thread is done with this buffer before it is refilled
-    if (tid == 0) request(g + int64_t(kBulkStages) * gridDim.x, st);
-    if (++st == kBulkStages) {
-      st = 0;
-      phase ^= 1;
-    }
+    __syncthreads();  // every thread is done with the rows before the next copy overwrites them
   }
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <utility>
 
 #include "common/cuda_check.h"
@@ -16,15 +15,15 @@ namespace tigon::rms_norm {
 // Blocks of `threads` threads of `kernel` that fit on one multiprocessor, asked once per (kernel, block size): the
 // occupancy calculator costs microseconds of host time, too much for every launch.
 template <class Kernel>
-int resident_blocks(Kernel kernel, int threads, size_t smem = 0) {
+int resident_blocks(Kernel kernel, int threads) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, int, size_t>, int> cache;
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), threads, smem);
+  static std::map<std::pair<const void*, int>, int> cache;
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), threads);
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int n = 0;
-  TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+  TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
   return cache[key] = std::max(1, n);
 }
 
@@ -61,10 +60,7 @@ void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   auto bulk = kern::fwd_bulk<TX, TW, TY, 4>;
   if (p.bulk && built_for_sm90(bulk)) {
     allow_smem(bulk, p.smem);
-    // Persistent: as many blocks as stay resident, each walking row groups through its staged buffers.
-    const int per_sm = resident_blocks(bulk, p.block.x * p.block.y, p.smem);
-    const unsigned grid = std::min<unsigned>(p.grid, unsigned(per_sm * p.sms));
-    bulk<<<grid, p.block, p.smem, stream>>>(a);
+    bulk<<<p.grid, p.block, p.smem, stream>>>(a);
   } else if (p.cached && p.nv == 2)
     kern::fwd_cached<TX, TW, TY, 2><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.cached)
