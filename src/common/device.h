@@ -20,9 +20,8 @@ class DeviceGuard {
   bool switched_ = false;
 };
 
-// Multiprocessor count and compute capability major of a device (cached per device; no synchronisation).
+// Multiprocessor count of a device (cached per device; no synchronisation).
 int sm_count(int device);
-int compute_major(int device);
 
 #define TIGON_ON_CUDA(tensor, ...)                          \
   do {                                                      \

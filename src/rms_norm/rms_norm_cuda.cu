@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -21,23 +20,18 @@ bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
-// Kernel choices, measured on the H200 (bf16, 16384 x 4096, ncu). Bytes in flight per multiprocessor decide these
-// kernels' speed. The forward's "cached" kernel is register-limited to ~1024 resident threads: 4 vectors of a row per
-// thread ran 67-69 us, 2 ran 95 us, 8 ran 77 us (fewer warps); the backward, which also keeps the dw sums in
-// registers, ran 112 us with 2 and 116 us with 4 (loading the next row ahead cost occupancy: 148 us).
-// TIGON_RMS_NORM_FWD (bulk, cached, cached2, two_pass) and TIGON_RMS_NORM_BWD_NV (2 or 4) override, for tuning.
+// Vectors per thread of the cached kernels, measured on the H200 (bf16, 16384 x 4096, ncu): the forward is fastest
+// with 4 (more bytes in flight per warp at the same register-limited occupancy: 69 us; 95 us with 2, 77 us with 8),
+// the backward, which also keeps the dw sums in registers, with 2 (112 us; 116 us with 4; loading the next row
+// ahead cost occupancy and 148 us). TIGON_RMS_NORM_FWD_NV / _BWD_NV (2 or 4) override it, for tuning.
 int env_int(const char* name) {
   const char* e = std::getenv(name);
   return e ? std::atoi(e) : 0;
 }
-// The forward: "bulk" where it fits (rows through the bulk copy engine into shared memory, so in-flight bytes are
-// bounded by shared memory, not registers), else "cached", else "two_pass" (72 us: x read twice).
-const std::string& fwd_choice() {
-  static const std::string choice = std::getenv("TIGON_RMS_NORM_FWD") ? std::getenv("TIGON_RMS_NORM_FWD") : "";
-  return choice;
+int fwd_nv() {  // 0: the two-pass kernel (x re-read from cache instead of held in registers)
+  static const int nv = env_int("TIGON_RMS_NORM_FWD_NV");
+  return nv == 2 || nv == 1 ? nv : 4;
 }
-constexpr size_t kBulkMaxSmem = 160 * 1024;  // rows staged per block; leaves room for two blocks per SM
-
 int bwd_nv() {
   static const int nv = env_int("TIGON_RMS_NORM_BWD_NV");
   return nv == 4 ? 4 : 2;
@@ -79,22 +73,16 @@ Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
   return p;
 }
 
-Plan fwd_plan(const FwdProblem& pr, int device) {
+Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
                    (pr.w == nullptr || cuda::aligned16(pr.w));
-  const std::string& choice = fwd_choice();
-  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, choice == "cached2" ? 2 : 4, kFwdMaxThreads);
-  if (vec && s.tpr <= kFwdMaxThreads && choice != "two_pass") {
+  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv() == 1 ? 4 : fwd_nv(), kFwdMaxThreads);
+  if (vec && s.tpr <= kFwdMaxThreads && fwd_nv() != 1) {
     Plan p;
     p.cached = p.vec = true;
     p.nv = s.nv;
     p.block = dim3(s.tpr, s.rpb);
     p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
-    const size_t smem = size_t(s.rpb) * size_t(pr.x.cols) * size_t(dtype_bytes(pr.x.dtype));
-    if (choice != "cached" && choice != "cached2" && s.nv == 4 && compute_major(device) >= 9 && smem <= kBulkMaxSmem) {
-      p.bulk = true;
-      p.smem = smem;
-    }
     return p;
   }
   return two_pass_plan(pr.x, vec, INT_MAX);
@@ -172,7 +160,7 @@ int current_device() {
 void fwd_cuda(const FwdProblem& pr, void* stream) {
   FwdArgs a{pr.x.data, pr.w, pr.y.data, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride, pr.y.row_stride,
             pr.eps, pr.offset, pr.mode};
-  const Plan plan = fwd_plan(pr, current_device());
+  const Plan plan = fwd_plan(pr);
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX,
                      dispatch<TX, Fwd>(a, plan, pr.w_dtype, pr.y.dtype, static_cast<cudaStream_t>(stream)));
 }

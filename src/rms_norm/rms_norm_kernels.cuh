@@ -9,7 +9,6 @@
 // row slot), and dw_reduce sums those in a fixed order: deterministic, no atomics.
 #pragma once
 
-#include "common/bulk_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
 #include "tigon/rms_norm.h"
@@ -122,67 +121,6 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
         store_vec<TY, V>(y + c, out);
       }
     }
-  }
-}
-
-// Forward through the bulk copy engine (sm_90+): the block's rows arrive in shared memory by one asynchronous copy
-// each, so a block holds no row in registers and many blocks per multiprocessor keep ~100 KB of loads in flight.
-// Same block shape as fwd_cached; dynamic shared memory = rows per block * cols * sizeof(TX).
-template <class TX, class TW, class TY, int NV>
-__global__ void __launch_bounds__(kFwdMaxThreads) fwd_bulk(FwdArgs a) {
-  constexpr int V = 16 / sizeof(TX);
-  extern __shared__ __align__(16) unsigned char smem_rows[];
-  __shared__ float red[32];
-  __shared__ __align__(8) uint64_t bar;
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  const uint32_t row_bytes = uint32_t(a.cols * sizeof(TX));
-  if (tid == 0) cuda::mbarrier_init(&bar, 1);
-  __syncthreads();
-  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  uint32_t phase = 0;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, phase ^= 1) {
-    if (tid == 0) {
-      const int64_t first = g * blockDim.y;
-      const int live_rows = int(a.rows - first < int64_t(blockDim.y) ? a.rows - first : int64_t(blockDim.y));
-      cuda::fence_proxy_async_shared();
-      cuda::mbarrier_arrive_expect_tx(&bar, row_bytes * live_rows);
-      for (int r = 0; r < live_rows; ++r)
-        cuda::bulk_copy_g2s(smem_rows + size_t(r) * row_bytes,
-                            static_cast<const TX*>(a.x) + (first + r) * a.x_stride, row_bytes, &bar);
-    }
-    const int64_t row = g * blockDim.y + threadIdx.y;
-    const bool live = row < a.rows;
-    const TX* xs = reinterpret_cast<const TX*>(smem_rows + size_t(threadIdx.y) * row_bytes);
-    cuda::mbarrier_wait(&bar, phase);
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const int c = (i * int(blockDim.x) + int(threadIdx.x)) * V;
-      if (live && c < a.cols) {
-        float v[V];
-        load_vec<TX, V>(xs + c, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) ss += v[j] * v[j];
-      }
-    }
-    ss = cuda::row_sum(ss, red);
-    const float r = rstd_of(ss, a.cols, a.eps);
-    if (live) {
-      if (threadIdx.x == 0 && a.rstd) a.rstd[row] = r;
-      TY* y = static_cast<TY*>(a.y) + row * a.y_stride;
-#pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        const int c = (i * int(blockDim.x) + int(threadIdx.x)) * V;
-        if (c < a.cols) {
-          float v[V], s[V], out[V];
-          load_vec<TX, V>(xs + c, v);
-          load_scale<TW, V>(a.w, c, a.offset, s);
-          normalize<TX, V>(a.mode, r, v, s, out);
-          store_vec<TY, V>(y + c, out);
-        }
-      }
-    }
-    __syncthreads();  // every thread is done with the rows before the next copy overwrites them
   }
 }
 

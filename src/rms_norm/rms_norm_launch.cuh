@@ -27,41 +27,10 @@ int resident_blocks(Kernel kernel, int threads) {
   return cache[key] = std::max(1, n);
 }
 
-// Raises a kernel's dynamic shared memory limit past the default 48 KB when a launch needs it (once per kernel).
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return;
-  static std::mutex mu;
-  static std::map<const void*, size_t> allowed;
-  std::lock_guard<std::mutex> lock(mu);
-  size_t& have = allowed[reinterpret_cast<const void*>(kernel)];
-  if (have >= bytes) return;
-  TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  have = bytes;
-}
-
-// Whether the kernel's machine code is for sm_90 or later (a build for older targets, run through PTX on a Hopper
-// GPU, compiles the bulk-copy kernels without their copies, so they must not run).
-template <class Kernel>
-bool built_for_sm90(Kernel kernel) {
-  static std::mutex mu;
-  static std::map<const void*, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(reinterpret_cast<const void*>(kernel));
-  if (it != known.end()) return it->second;
-  cudaFuncAttributes attr{};
-  TIGON_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  return known[reinterpret_cast<const void*>(kernel)] = attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
-}
-
 template <class TX, class TW, class TY>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
-  auto bulk = kern::fwd_bulk<TX, TW, TY, 4>;
-  if (p.bulk && built_for_sm90(bulk)) {
-    allow_smem(bulk, p.smem);
-    bulk<<<p.grid, p.block, p.smem, stream>>>(a);
-  } else if (p.cached && p.nv == 2)
+  if (p.cached && p.nv == 2)
     kern::fwd_cached<TX, TW, TY, 2><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.cached)
     kern::fwd_cached<TX, TW, TY, 4><<<p.grid, p.block, 0, stream>>>(a);

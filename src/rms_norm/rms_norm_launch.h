@@ -18,8 +18,6 @@ struct Plan {
   bool cached = false;  // fwd_cached / bwd_cached, else the two-pass kernels
   bool vec = false;     // 16-byte vectors (cached implies vec)
   int nv = 4;           // vectors per thread of the cached kernels: 2 or 4
-  bool bulk = false;    // forward: rows through the bulk copy engine into shared memory (sm_90+)
-  size_t smem = 0;      // dynamic shared memory of the bulk forward
   dim3 block;           // (threads per row, rows per block)
   unsigned grid = 0;          // the backward may launch fewer blocks: as many as stay resident
   int sms = 0;                // multiprocessors of the device
