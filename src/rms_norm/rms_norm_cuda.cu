@@ -20,15 +20,18 @@ bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
-// Vectors per thread of the cached kernels, measured on the H200 (bf16, 16384 x 4096, ncu): the forward is fastest
-// with 4 (more bytes in flight per warp at the same register-limited occupancy: 69 us; 95 us with 2, 77 us with 8),
-// the backward, which also keeps the dw sums in registers, with 2 (112 us; 116 us with 4; loading the next row
-// ahead cost occupancy and 148 us). TIGON_RMS_NORM_FWD_NV / _BWD_NV (2 or 4) override it, for tuning.
+// Kernel choices, measured on the H200 (bf16, 16384 x 4096, ncu). Bytes in flight per multiprocessor decide these
+// kernels' speed, and the cached forward is register-limited to ~1024 resident threads: 4 vectors of a row per thread
+// ran 67-69 us, 2 ran 95 us, 8 ran 77 us (fewer warps), the two-pass kernel 72 us (x read twice). Staging rows in
+// shared memory through the bulk copy engine did not beat it either: 69.7 us with one row per block, 81 us with
+// persistent blocks three row groups ahead (tried and reverted, see the history). The backward, which also keeps the
+// dw sums in registers, ran 112 us with 2 vectors and 116 us with 4 (loading the next row ahead cost occupancy:
+// 148 us). TIGON_RMS_NORM_FWD_NV (1 = two-pass, 2, 4) and TIGON_RMS_NORM_BWD_NV (2, 4) override, for tuning.
 int env_int(const char* name) {
   const char* e = std::getenv(name);
   return e ? std::atoi(e) : 0;
 }
-int fwd_nv() {  // 0: the two-pass kernel (x re-read from cache instead of held in registers)
+int fwd_nv() {  // 1: the two-pass kernel
   static const int nv = env_int("TIGON_RMS_NORM_FWD_NV");
   return nv == 2 || nv == 1 ? nv : 4;
 }
