@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/tensor.h"
@@ -54,9 +55,29 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[N]) {
   }
 }
 
+// Two floats rounded into one 32-bit word of 16-bit values (the bf16x2 / half2 conversion instructions).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
 template <class T, int N>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[N]) {
-  if constexpr ((N * sizeof(T)) % 16 == 0) {
+  if constexpr (sizeof(T) == 2 && (N * sizeof(T)) % 16 == 0) {
+    // Built word by word and stored with an intrinsic: a plain uint4 store was sometimes split into 4-byte pieces.
+#pragma unroll
+    for (int k = 0; k < N / 8; ++k) {
+      const uint4 u = make_uint4(pack2<T>(in[8 * k], in[8 * k + 1]), pack2<T>(in[8 * k + 2], in[8 * k + 3]),
+                                 pack2<T>(in[8 * k + 4], in[8 * k + 5]), pack2<T>(in[8 * k + 6], in[8 * k + 7]));
+      __stcg(reinterpret_cast<uint4*>(p) + k, u);  // the intrinsic keeps the store one 16-byte instruction
+    }
+  } else if constexpr ((N * sizeof(T)) % 16 == 0) {
     constexpr int kPer = 16 / sizeof(T);
 #pragma unroll
     for (int k = 0; k < N / kPer; ++k) {
@@ -64,7 +85,7 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[N]) {
       T* e = reinterpret_cast<T*>(&u);
 #pragma unroll
       for (int j = 0; j < kPer; ++j) e[j] = from_f<T>(in[k * kPer + j]);
-      reinterpret_cast<uint4*>(p)[k] = u;
+      __stcg(reinterpret_cast<uint4*>(p) + k, u);
     }
   } else {
 #pragma unroll
