@@ -76,7 +76,12 @@ Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
   return p;
 }
 
-Plan fwd_plan(const FwdProblem& pr) {
+bool fwd_persistent() {
+  static const bool on = env_int("TIGON_RMS_NORM_FWD_PERSISTENT") != 0 || !std::getenv("TIGON_RMS_NORM_FWD_PERSISTENT");
+  return on;
+}
+
+Plan fwd_plan(const FwdProblem& pr, int device) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
                    (pr.w == nullptr || cuda::aligned16(pr.w));
   const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv() == 1 ? 4 : fwd_nv(), kFwdMaxThreads);
@@ -84,6 +89,8 @@ Plan fwd_plan(const FwdProblem& pr) {
     Plan p;
     p.cached = p.vec = true;
     p.nv = s.nv;
+    p.persistent = s.nv == 4 && fwd_persistent();
+    p.sms = sm_count(device);
     p.block = dim3(s.tpr, s.rpb);
     p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
     return p;
@@ -163,7 +170,7 @@ int current_device() {
 void fwd_cuda(const FwdProblem& pr, void* stream) {
   FwdArgs a{pr.x.data, pr.w, pr.y.data, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride, pr.y.row_stride,
             pr.eps, pr.offset, pr.mode};
-  const Plan plan = fwd_plan(pr);
+  const Plan plan = fwd_plan(pr, current_device());
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX,
                      dispatch<TX, Fwd>(a, plan, pr.w_dtype, pr.y.dtype, static_cast<cudaStream_t>(stream)));
 }
