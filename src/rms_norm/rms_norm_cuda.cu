@@ -24,7 +24,8 @@ bool rows_aligned(const RowMatrix& m) {
 // kernels' speed, and the cached forward is register-limited to ~1024 resident threads: 4 vectors of a row per thread
 // ran 67-69 us, 2 ran 95 us, 8 ran 77 us (fewer warps), the two-pass kernel 72 us (x read twice). Staging rows in
 // shared memory through the bulk copy engine did not beat it either: 69.7 us with one row per block, 81 us with
-// persistent blocks three row groups ahead (tried and reverted, see the history). The backward, which also keeps the
+// persistent blocks three row groups ahead; nor did one resident wave of cached blocks walking the rows (73 us against
+// 67 us for a block per row group). Those were tried and reverted, see the history. The backward, which also keeps the
 // dw sums in registers, ran 112 us with 2 vectors and 116 us with 4 (loading the next row ahead cost occupancy:
 // 148 us). TIGON_RMS_NORM_FWD_NV (1 = two-pass, 2, 4) and TIGON_RMS_NORM_BWD_NV (2, 4) override, for tuning.
 int env_int(const char* name) {
@@ -76,12 +77,7 @@ Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
   return p;
 }
 
-bool fwd_persistent() {
-  static const bool on = env_int("TIGON_RMS_NORM_FWD_PERSISTENT") != 0 || !std::getenv("TIGON_RMS_NORM_FWD_PERSISTENT");
-  return on;
-}
-
-Plan fwd_plan(const FwdProblem& pr, int device) {
+Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
                    (pr.w == nullptr || cuda::aligned16(pr.w));
   const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv() == 1 ? 4 : fwd_nv(), kFwdMaxThreads);
@@ -89,8 +85,6 @@ Plan fwd_plan(const FwdProblem& pr, int device) {
     Plan p;
     p.cached = p.vec = true;
     p.nv = s.nv;
-    p.persistent = s.nv == 4 && fwd_persistent();
-    p.sms = sm_count(device);
     p.block = dim3(s.tpr, s.rpb);
     p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
     return p;
@@ -170,7 +164,7 @@ int current_device() {
 void fwd_cuda(const FwdProblem& pr, void* stream) {
   FwdArgs a{pr.x.data, pr.w, pr.y.data, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride, pr.y.row_stride,
             pr.eps, pr.offset, pr.mode};
-  const Plan plan = fwd_plan(pr, current_device());
+  const Plan plan = fwd_plan(pr);
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX,
                      dispatch<TX, Fwd>(a, plan, pr.w_dtype, pr.y.dtype, static_cast<cudaStream_t>(stream)));
 }

@@ -32,13 +32,8 @@ void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached && p.nv == 2)
     kern::fwd_cached<TX, TW, TY, 2><<<p.grid, p.block, 0, stream>>>(a);
-  else if (p.cached && !p.persistent)
+  else if (p.cached)
     kern::fwd_cached<TX, TW, TY, 4><<<p.grid, p.block, 0, stream>>>(a);
-  else if (p.cached) {  // one wave of blocks that walk the rows: no block launch per row group
-    auto kernel = kern::fwd_cached<TX, TW, TY, 4>;
-    const unsigned grid = std::min<unsigned>(p.grid, unsigned(resident_blocks(kernel, p.block.x * p.block.y) * p.sms));
-    kernel<<<grid, p.block, 0, stream>>>(a);
-  }
   else if (p.vec)
     kern::fwd_two_pass<TX, TW, TY, V><<<p.grid, p.block, 0, stream>>>(a);
   else

@@ -18,7 +18,6 @@ struct Plan {
   bool cached = false;  // fwd_cached / bwd_cached, else the two-pass kernels
   bool vec = false;     // 16-byte vectors (cached implies vec)
   int nv = 4;           // vectors per thread of the cached kernels: 2 or 4
-  bool persistent = false;  // forward: one resident wave of blocks walking the rows
   dim3 block;           // (threads per row, rows per block)
   unsigned grid = 0;          // the backward may launch fewer blocks: as many as stay resident
   int sms = 0;                // multiprocessors of the device
