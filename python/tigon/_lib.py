@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TigonError", "TigonArgumentError", "lib", "library_path", "tensor_arg", "check", "stream_of"]
+__all__ = ["TigonError", "TigonArgumentError", "TigonTensor", "TENSOR_P", "lib", "library_path", "declare", "tensor_arg",
+           "check", "stream_of"]
 
 
 class TigonError(RuntimeError):
@@ -45,10 +46,6 @@ class TigonTensor(ctypes.Structure):
         ("strides", ctypes.POINTER(ctypes.c_int64)),
         ("byte_offset", ctypes.c_uint64),
     ]
-
-
-class RMSNormParams(ctypes.Structure):
-    _fields_ = [("eps", ctypes.c_float), ("offset", ctypes.c_float), ("casting_mode", ctypes.c_int32)]
 
 
 _DTYPE_CODES = {
@@ -86,17 +83,18 @@ def _load() -> tuple[ctypes.CDLL, Path]:
 
 lib, library_path = _load()
 
-_P = ctypes.POINTER(TigonTensor)
+TENSOR_P = ctypes.POINTER(TigonTensor)
 lib.tigon_version.restype = ctypes.c_char_p
 lib.tigon_last_error.restype = ctypes.c_char_p
 lib.tigon_has_cuda.restype = ctypes.c_int
-lib.tigon_rms_norm_fwd.argtypes = [_P, _P, _P, _P, RMSNormParams, ctypes.c_void_p]
-lib.tigon_rms_norm_fwd.restype = ctypes.c_int
-lib.tigon_rms_norm_bwd_workspace_size.argtypes = [_P, _P, ctypes.POINTER(ctypes.c_size_t)]
-lib.tigon_rms_norm_bwd_workspace_size.restype = ctypes.c_int
-lib.tigon_rms_norm_bwd.argtypes = [_P, _P, _P, _P, _P, _P, RMSNormParams, ctypes.c_void_p, ctypes.c_size_t,
-                                   ctypes.c_void_p]
-lib.tigon_rms_norm_bwd.restype = ctypes.c_int
+
+
+def declare(name: str, argtypes: list) -> ctypes._CFuncPtr:
+    """Declares a C API function of libtigon (each op module declares its own) and returns it; status return."""
+    fn = getattr(lib, name)
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def version() -> str:

@@ -19,6 +19,17 @@ __all__ = ["rms_norm", "CASTING_MODES"]
 CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
 
 
+class RMSNormParams(ctypes.Structure):  # tigon_rms_norm_params
+    _fields_ = [("eps", ctypes.c_float), ("offset", ctypes.c_float), ("casting_mode", ctypes.c_int32)]
+
+
+_T = _lib.TENSOR_P
+_fwd = _lib.declare("tigon_rms_norm_fwd", [_T, _T, _T, _T, RMSNormParams, ctypes.c_void_p])
+_bwd_workspace_size = _lib.declare("tigon_rms_norm_bwd_workspace_size", [_T, _T, ctypes.POINTER(ctypes.c_size_t)])
+_bwd = _lib.declare("tigon_rms_norm_bwd",
+                    [_T, _T, _T, _T, _T, _T, RMSNormParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+
+
 def _out_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, mode: int) -> torch.dtype:
     # Hugging Face's LlamaRMSNorm returns `weight * x.to(input_dtype)`: promoted to the weight's dtype.
     if mode == CASTING_MODES["llama"] and w_dtype is not None:
@@ -86,8 +97,8 @@ def _fwd_impl(x, weight, eps: float, offset: float, mode: int):
     y = torch.empty_like(x, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, mode),
                          memory_format=_CONTIGUOUS)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    _lib.check(_lib.lib.tigon_rms_norm_fwd(_lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(y),
-                                           _lib.tensor_arg(rstd), _lib.RMSNormParams(eps, offset, mode), _lib.stream_of(x)))
+    _lib.check(_fwd(_lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(y),
+                                           _lib.tensor_arg(rstd), RMSNormParams(eps, offset, mode), _lib.stream_of(x)))
     return y, rstd
 
 
@@ -101,7 +112,7 @@ def _workspace(x: torch.Tensor, weight: torch.Tensor | None) -> tuple[torch.Tens
     nbytes = _workspace_bytes_cache.get(key)
     if nbytes is None:
         size = ctypes.c_size_t(0)
-        _lib.check(_lib.lib.tigon_rms_norm_bwd_workspace_size(_lib.tensor_arg(x), _lib.tensor_arg(weight),
+        _lib.check(_bwd_workspace_size(_lib.tensor_arg(x), _lib.tensor_arg(weight),
                                                               ctypes.byref(size)))
         nbytes = _workspace_bytes_cache[key] = size.value
     if nbytes == 0:
@@ -111,9 +122,9 @@ def _workspace(x: torch.Tensor, weight: torch.Tensor | None) -> tuple[torch.Tens
 
 def _bwd_launch(dy, x, weight, rstd, dx, dw, offset: float, mode: int) -> None:
     ws, nbytes = _workspace(x, weight if dw is not None else None)
-    _lib.check(_lib.lib.tigon_rms_norm_bwd(
+    _lib.check(_bwd(
         _lib.tensor_arg(dy), _lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(rstd),
-        _lib.tensor_arg(dx), _lib.tensor_arg(dw), _lib.RMSNormParams(0.0, offset, mode),
+        _lib.tensor_arg(dx), _lib.tensor_arg(dw), RMSNormParams(0.0, offset, mode),
         None if ws is None else ws.data_ptr(), nbytes, _lib.stream_of(x)))
 
 
