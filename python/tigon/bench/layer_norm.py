@@ -1,0 +1,147 @@
+"""LayerNorm benchmark: tigon against torch.nn.functional.layer_norm (eager and torch.compile) and Liger-Kernel.
+
+Every implementation gets the same inputs (bf16 x, weight and bias) in the same process, so the rows of one table are
+directly comparable. LayerNorm is memory-bound: the figure of merit is bandwidth against a copy measured in the same
+run. The measurement is RMSNorm's (tigon/bench/rms_norm.py), with the bias's gradient asked for as well: torch skips
+the gradients nobody asks for, so all three are requested from every implementation.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tigon.bench.report import Skip, make_result, progress
+from tigon.bench.timing import graph_time_ms, peak_extra_mib, synchronize, time_ms
+
+OP = "layer_norm"
+GPU_SHAPES = [(16384, 4096), (4096, 4096), (16384, 8192)]  # first = the headline
+CPU_SHAPES = [(256, 1024), (64, 4096)]
+EPS = 1e-5
+
+
+def torch_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, x.shape[-1:], w, b, EPS)
+
+
+# ---- implementations: each factory returns fn(x, w, b) -> y or raises Skip(reason) ---------------------------------
+
+def _tigon(ctx, args):
+    from tigon.ops.layer_norm import layer_norm
+    return lambda x, w, b: layer_norm(x, w, b, EPS)
+
+
+def _torch_eager(ctx, args):
+    return torch_layer_norm
+
+
+def _torch_compile(ctx, args):
+    if ctx.device.type != "cuda" and not args.cpu_compile:
+        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
+    return torch.compile(torch_layer_norm, dynamic=False)  # specialised per shape, as a fixed-length training run
+
+
+def _liger(ctx, args):
+    try:
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+    except Exception as e:  # ImportError, or Triton failing to initialise
+        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
+    if ctx.device.type != "cuda":
+        raise Skip("Liger is Triton: CUDA only")
+    return lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS)
+
+
+IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
+
+
+# ---- measurement ------------------------------------------------------------------------------------------------------
+
+def _forward_backward(fn, x, w, b, dy):
+    xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    y = fn(xg, wg, bg)
+    return (y,) + torch.autograd.grad(y, (xg, wg, bg), dy)
+
+
+def _max_errors(fn, x, w, b, dy, ref) -> dict:
+    """Max abs difference of y, dx, dw, db against F.layer_norm computed in float32 (diff taken in float32)."""
+    got = _forward_backward(fn, x, w, b, dy)
+    return {f"err_{k}": (g.float() - r).abs().max().item() for k, g, r in zip(("y", "dx", "dw", "db"), got, ref)}
+
+
+def _time_impl(fn, x, w, b, dy, ctx) -> dict:
+    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
+    with torch.no_grad():
+        fwd_ms = time_ms(lambda: fn(x, w, b), device, reps, warmup)
+    leaves = tuple(t.detach().requires_grad_() for t in (x, w, b))
+    # Backward alone: a fresh forward before each iteration, outside the timed region.
+    bwd_ms = time_ms(lambda y: torch.autograd.grad(y, leaves, dy), device, reps, warmup, setup=lambda: fn(*leaves))
+
+    def full():
+        return torch.autograd.grad(fn(*leaves), leaves, dy)
+
+    out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": time_ms(full, device, reps, warmup),
+           "peak_mib": peak_extra_mib(full, device)}
+    try:  # the same calls replayed from a CUDA graph: device time alone
+        with torch.no_grad():
+            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(x, w, b), device, reps, warmup)
+        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
+    except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
+        ctx.note(f"{OP}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+    return out
+
+
+def run(args, ctx) -> list[dict]:
+    fns = {}
+    for name, make in IMPLS.items():
+        if args.impls and name not in args.impls:
+            continue
+        try:
+            fns[name] = make(ctx, args)
+        except Skip as s:
+            ctx.note(f"{OP}: {name} skipped: {s}")
+        except Exception as e:
+            ctx.note(f"{OP}: {name} failed to set up: {type(e).__name__}: {e}")
+
+    shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
+    results = []
+    for shape in shapes:
+        if len(shape) != 2:
+            ctx.note(f"{OP}: shape {'x'.join(map(str, shape))} skipped: expected rows x hidden")
+            continue
+        M, N = shape
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        rand = lambda *size: torch.randn(*size, generator=gen, device=ctx.device)  # noqa: E731
+        x = rand(M, N).to(ctx.dtype)
+        w = (1 + 0.1 * rand(N)).to(ctx.dtype)
+        b = (0.1 * rand(N)).to(ctx.dtype)
+        dy = rand(M, N).to(ctx.dtype)
+        elt = x.element_size()
+        nbytes = {"fwd": 2 * M * N * elt, "bwd": 3 * M * N * elt, "full": 5 * M * N * elt}  # parameters negligible
+        if "torch_compile" in fns:
+            torch._dynamo.reset()  # fresh specialisation per shape, never the recompile limit
+
+        ref = _forward_backward(torch_layer_norm, x.float(), w.float(), b.float(), dy.float())
+        checks = {}
+        for name, fn in fns.items():
+            try:
+                checks[name] = _max_errors(fn, x, w, b, dy, ref)
+            except Exception as e:
+                checks[name] = e
+        del ref
+
+        for name, fn in fns.items():
+            label = f"{OP} {M}x{N} {name}"
+            try:
+                if isinstance(checks[name], Exception):
+                    raise checks[name]
+                progress(f"{label}: max err y/dx/dw/db " + "/".join(f"{v:.1e}" for v in checks[name].values()))
+                times = _time_impl(fn, x, w, b, dy, ctx)
+                res = make_result(ctx, OP, name, shape, nbytes, **times, **checks[name])
+                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
+            except Exception as e:
+                progress(f"{label}: FAILED {type(e).__name__}: {e}")
+                res = make_result(ctx, OP, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
+            results.append(res)
+            synchronize(ctx.device)
+        del x, w, b, dy
+    return results

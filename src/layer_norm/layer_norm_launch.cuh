@@ -1,0 +1,69 @@
+// Typed launchers; included only by the per-dtype instantiation files layer_norm_cuda_<dtype>.cu.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "common/cuda_check.h"
+#include "layer_norm/layer_norm_kernels.cuh"
+#include "layer_norm/layer_norm_launch.h"
+
+namespace tigon::layer_norm {
+
+// Blocks of `threads` threads of `kernel` that fit on one multiprocessor, asked once per (kernel, block size): the
+// occupancy calculator costs microseconds of host time, too much for every launch.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), threads);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
+  return cache[key] = std::max(1, n);
+}
+
+template <class TX, class TP>
+void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(TX);
+  if (p.cached)
+    kern::fwd_cached<TX, TP, 4><<<p.grid, p.block, 0, stream>>>(a);  // 4 vectors per thread: RMSNorm's best
+  else if (p.vec)
+    kern::fwd_uncached<TX, TP, V><<<p.grid, p.block, 0, stream>>>(a);
+  else
+    kern::fwd_uncached<TX, TP, 1><<<p.grid, p.block, 0, stream>>>(a);
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+template <class TX, class TP>
+int64_t launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(TX);
+  if (p.cached) {
+    // As many blocks as stay resident: each walks many rows, so its partial sums stay in registers.
+    auto kernel = kern::bwd_cached<TX, TP, 2>;  // 4 vectors spill: x, dy and two sets of sums pass 128 registers
+    const int per_sm = resident_blocks(kernel, p.block.x * p.block.y);
+    const unsigned grid = std::min<unsigned>(p.grid, unsigned(per_sm * p.sms));
+    kernel<<<grid, p.block, 0, stream>>>(a);
+    TIGON_CUDA_CHECK_LAUNCH();
+    return int64_t(grid) * p.block.y;
+  }
+  if (p.vec)
+    kern::bwd_uncached<TX, TP, V><<<p.grid, p.block, 0, stream>>>(a);
+  else
+    kern::bwd_uncached<TX, TP, 1><<<p.grid, p.block, 0, stream>>>(a);
+  TIGON_CUDA_CHECK_LAUNCH();
+  return p.grid;
+}
+
+// The two parameter dtypes an input dtype T supports: T or fp32.
+#define TIGON_LAYER_NORM_INSTANTIATE(T)                                                 \
+  template void launch_fwd<T, T>(const FwdArgs&, const Plan&, cudaStream_t);            \
+  template void launch_fwd<T, float>(const FwdArgs&, const Plan&, cudaStream_t);        \
+  template int64_t launch_bwd<T, T>(const BwdArgs&, const Plan&, cudaStream_t);         \
+  template int64_t launch_bwd<T, float>(const BwdArgs&, const Plan&, cudaStream_t);
+
+}  // namespace tigon::layer_norm
