@@ -3,8 +3,9 @@
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in BENCHMARKS.
 """
 
-from tigon.bench import rms_norm
+from tigon.bench import layer_norm, rms_norm
 
 BENCHMARKS = {
     "rms_norm": rms_norm.run,
+    "layer_norm": layer_norm.run,
 }
