@@ -1,0 +1,214 @@
+"""RoPE as torch ops: tigon::rope_fwd / rope_bwd (new output) and rope_fwd_ / rope_bwd_ (written over the input).
+
+One C call per tensor, so q and k may differ in heads (GQA) and strides (slices of a fused qkv). The ops are registered
+with torch.library (with fake implementations, so torch.compile(fullgraph=True) traces them); autograd lives outside
+them in an autograd.Function, which calls the ctypes launchers directly in eager mode and the registered ops under
+torch.compile. The backward is the transpose of the rotation (rotation by -theta); cos and sin get no gradient.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from tigon import _lib
+from tigon.ops._common import FLOAT_DTYPES, compiling
+
+__all__ = ["rope", "LAYOUTS"]
+
+LAYOUTS = {"bhtd": 0, "bthd": 1}  # tigon_rope_layout_t
+
+
+class RopeParams(ctypes.Structure):  # tigon_rope_params
+    _fields_ = [("interleaved", ctypes.c_int32), ("layout", ctypes.c_int32)]
+
+
+_T = _lib.TENSOR_P
+_fwd = _lib.declare("tigon_rope_fwd", [_T, _T, _T, _T, RopeParams, ctypes.c_void_p])
+_bwd = _lib.declare("tigon_rope_bwd", [_T, _T, _T, _T, RopeParams, ctypes.c_void_p])
+
+
+# ---- argument checks ----------------------------------------------------------------------------------------------
+
+def _check_tensor(t, arg: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"rope: argument '{arg}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"rope: argument '{arg}' must be on a CPU or CUDA device, got {t.device}")
+    if t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"rope: argument '{arg}' needs a contiguous last dimension (stride 1), got strides "
+                         f"{t.stride()}; pass {arg}.contiguous()")
+
+
+def _check_args(q, k, cos, sin, layout, interleaved):
+    """Validates everything and returns (cos, sin) as 3-D tables and the layout code."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"rope: argument 'layout' must be one of {sorted(LAYOUTS)}, got {layout!r}")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"rope: argument 'interleaved' must be a bool, got {type(interleaved).__name__}")
+    for t, arg in ((q, "q"), (k, "k"), (cos, "cos"), (sin, "sin")):
+        _check_tensor(t, arg)
+    if q.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"rope: argument 'q' must be float32, float16 or bfloat16, got {q.dtype}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"rope: argument 'k' must have q's dtype {q.dtype}, got {k.dtype}")
+    if cos.dtype not in (torch.float32, q.dtype):
+        raise TypeError(f"rope: argument 'cos' must be float32 or q's dtype {q.dtype}, got {cos.dtype}")
+    if sin.dtype != cos.dtype:
+        raise TypeError(f"rope: argument 'sin' must have cos's dtype {cos.dtype}, got {sin.dtype}")
+    for t, arg in ((k, "k"), (cos, "cos"), (sin, "sin")):
+        if t.device != q.device:
+            raise ValueError(f"rope: argument '{arg}' is on {t.device} but q is on {q.device}")
+    for t, arg in ((q, "q"), (k, "k")):
+        if t.dim() != 4:
+            raise ValueError(f"rope: argument '{arg}' must be 4-D ({layout.upper()}), got shape {tuple(t.shape)}")
+    t_dim = 2 if layout == "bhtd" else 1
+    batch, seq, head_dim = q.shape[0], q.shape[t_dim], q.shape[3]
+    if k.shape[0] != batch or k.shape[t_dim] != seq or k.shape[3] != head_dim:
+        raise ValueError(f"rope: argument 'k' must match q's batch, seq_len and head_dim in layout {layout!r}: q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}")
+    if cos.dim() == 2:  # (T, R): one table for the whole batch
+        cos = cos.unsqueeze(0)
+    if sin.dim() == 2:
+        sin = sin.unsqueeze(0)
+    if cos.dim() != 3:
+        raise ValueError(f"rope: argument 'cos' must be (batch or 1, seq_len, rotary_dim), got {tuple(cos.shape)}")
+    if sin.shape != cos.shape:
+        raise ValueError(f"rope: argument 'sin' must have cos's shape {tuple(cos.shape)}, got {tuple(sin.shape)}")
+    if cos.shape[0] not in (1, batch) or cos.shape[1] != seq:
+        raise ValueError(f"rope: argument 'cos' must be ({batch} or 1, {seq}, rotary_dim) for q {tuple(q.shape)} in "
+                         f"layout {layout!r}, got {tuple(cos.shape)}")
+    rotary = cos.shape[2]
+    if rotary < 2 or rotary % 2 or rotary > head_dim:
+        raise ValueError(f"rope: argument 'cos' has rotary dim {rotary}; it must be even and in [2, head_dim = "
+                         f"{head_dim}]")
+    return cos, sin, LAYOUTS[layout]
+
+
+# ---- launchers: allocate outputs with torch's allocator, call the C API on torch's current stream -------------------
+
+def _launch(fn, x, cos, sin, out, layout: int, interleaved: bool) -> None:
+    _lib.check(fn(_lib.tensor_arg(x), _lib.tensor_arg(cos), _lib.tensor_arg(sin), _lib.tensor_arg(out),
+                  RopeParams(int(interleaved), layout), _lib.stream_of(x)))
+
+
+def _fwd_impl(x, cos, sin, layout: int, interleaved: bool):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _launch(_fwd, x, cos, sin, out, layout, interleaved)
+    return out
+
+
+def _fwd_inplace_impl(x, cos, sin, layout: int, interleaved: bool) -> None:
+    _launch(_fwd, x, cos, sin, x, layout, interleaved)
+
+
+def _bwd_impl(dy, cos, sin, layout: int, interleaved: bool):
+    dx = torch.empty(dy.shape, dtype=dy.dtype, device=dy.device)
+    _launch(_bwd, dy, cos, sin, dx, layout, interleaved)
+    return dx
+
+
+def _bwd_inplace_impl(dy, cos, sin, layout: int, interleaved: bool) -> None:
+    _launch(_bwd, dy, cos, sin, dy, layout, interleaved)
+
+
+# ---- torch.library registration ----------------------------------------------------------------------------------
+
+_LIB = torch.library.Library("tigon", "FRAGMENT")
+_LIB.define("rope_fwd(Tensor x, Tensor cos, Tensor sin, int layout, bool interleaved) -> Tensor")
+_LIB.define("rope_fwd_(Tensor(a!) x, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
+_LIB.define("rope_bwd(Tensor dy, Tensor cos, Tensor sin, int layout, bool interleaved) -> Tensor")
+_LIB.define("rope_bwd_(Tensor(a!) dy, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
+for _key in ("CPU", "CUDA"):
+    _LIB.impl("rope_fwd", _fwd_impl, _key)
+    _LIB.impl("rope_fwd_", _fwd_inplace_impl, _key)
+    _LIB.impl("rope_bwd", _bwd_impl, _key)
+    _LIB.impl("rope_bwd_", _bwd_inplace_impl, _key)
+
+
+@torch.library.register_fake("tigon::rope_fwd")
+def _fwd_fake(x, cos, sin, layout, interleaved):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake("tigon::rope_bwd")
+def _bwd_fake(dy, cos, sin, layout, interleaved):
+    return dy.new_empty(dy.shape)
+
+
+@torch.library.register_fake("tigon::rope_fwd_")
+def _fwd_inplace_fake(x, cos, sin, layout, interleaved):
+    return None
+
+
+@torch.library.register_fake("tigon::rope_bwd_")
+def _bwd_inplace_fake(dy, cos, sin, layout, interleaved):
+    return None
+
+
+# ---- autograd -------------------------------------------------------------------------------------------------------
+
+def _writable_rows(g: torch.Tensor) -> bool:
+    """Whether a gradient can take the result in place: last dim contiguous and no broadcast (stride-0) dims."""
+    return (g.shape[-1] <= 1 or g.stride(-1) == 1) and all(s != 0 or n <= 1 for n, s in zip(g.shape, g.stride()))
+
+
+def _rotate_grad(g, cos, sin, layout: int, interleaved: bool, in_place: bool):
+    if in_place and _writable_rows(g):
+        if compiling():
+            torch.ops.tigon.rope_bwd_(g, cos, sin, layout, interleaved)
+        else:
+            _bwd_inplace_impl(g, cos, sin, layout, interleaved)
+        return g
+    if g.shape[-1] > 1 and g.stride(-1) != 1:  # e.g. the expanded gradient of a sum()
+        g = g.contiguous()
+    if compiling():
+        return torch.ops.tigon.rope_bwd(g, cos, sin, layout, interleaved)
+    return _bwd_impl(g, cos, sin, layout, interleaved)
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, layout, interleaved, in_place):
+        if in_place:
+            for x in (q, k):
+                if compiling():
+                    torch.ops.tigon.rope_fwd_(x, cos, sin, layout, interleaved)
+                else:
+                    _fwd_inplace_impl(x, cos, sin, layout, interleaved)
+            ctx.mark_dirty(q, k)
+            q_out, k_out = q, k
+        elif compiling():
+            q_out = torch.ops.tigon.rope_fwd(q, cos, sin, layout, interleaved)
+            k_out = torch.ops.tigon.rope_fwd(k, cos, sin, layout, interleaved)
+        else:
+            q_out = _fwd_impl(q, cos, sin, layout, interleaved)
+            k_out = _fwd_impl(k, cos, sin, layout, interleaved)
+        ctx.save_for_backward(cos, sin)
+        ctx.layout, ctx.interleaved, ctx.in_place = layout, interleaved, in_place
+        return q_out, k_out
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        args = (cos, sin, ctx.layout, ctx.interleaved, ctx.in_place)
+        dq = _rotate_grad(dq, *args) if ctx.needs_input_grad[0] else None
+        dk = _rotate_grad(dk, *args) if ctx.needs_input_grad[1] else None
+        return dq, dk, None, None, None, None, None
+
+
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "bhtd",
+         interleaved: bool = False, in_place: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embedding of q and k, as Hugging Face's apply_rotary_pos_emb: ``x * cos + rotate(x) * sin``.
+
+    q is (B, Hq, T, D) and k (B, Hk, T, D) for layout="bhtd", or (B, T, H, D) for "bthd"; Hq != Hk is fine (GQA).
+    cos and sin are (B or 1, T, R) (or (T, R)) as HF's rotary embedding returns them, float32 or q's dtype; R even,
+    R <= D: only the first R dims of each head rotate, the rest pass through (partial rotary). interleaved=False pairs
+    dim i with i + R/2 (rotate_half, Llama); True pairs 2i with 2i + 1 (tables built with repeat_interleave). Math in
+    float32. Any strides with a contiguous last dim (a head slice of a fused qkv works without a copy); outputs are
+    contiguous. in_place=True writes the results over q and k (and in backward the input gradients over the output
+    gradients). cos and sin receive no gradient. CPU and CUDA tensors.
+    """
+    cos, sin, code = _check_args(q, k, cos, sin, layout, interleaved)
+    return _Rope.apply(q, k, cos, sin, code, interleaved, bool(in_place))
