@@ -3,9 +3,10 @@
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in BENCHMARKS.
 """
 
-from tigon.bench import layer_norm, rms_norm
+from tigon.bench import layer_norm, rms_norm, rope
 
 BENCHMARKS = {
     "rms_norm": rms_norm.run,
     "layer_norm": layer_norm.run,
+    "rope": rope.run,
 }

@@ -2,5 +2,6 @@
 
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.rms_norm import GemmaRMSNorm, RMSNorm
+from tigon.nn.rope import apply_rotary_pos_emb
 
-__all__ = ["LayerNorm", "RMSNorm", "GemmaRMSNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "GemmaRMSNorm", "apply_rotary_pos_emb"]

@@ -2,5 +2,6 @@
 
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.rms_norm import rms_norm
+from tigon.ops.rope import rope
 
-__all__ = ["layer_norm", "rms_norm"]
+__all__ = ["layer_norm", "rms_norm", "rope"]
