@@ -117,7 +117,7 @@ TEST(SwigluReference, InPlaceBackwardOverTheHalvesOfGateUp) {
 
 // ---- C API validation: every bad argument is an INVALID_ARGUMENT naming it ---------------------------------------
 
-struct ApiFixture : ::testing::Test {
+struct SwigluApi : ::testing::Test {
   HostMat a{DType::kFloat32, 4, 8}, b{DType::kFloat32, 4, 8}, c{DType::kFloat32, 4, 8}, d{DType::kFloat32, 4, 8},
       e{DType::kFloat32, 4, 8};
   void expect_error(tigon_status_t st, const char* arg) {
@@ -127,7 +127,7 @@ struct ApiFixture : ::testing::Test {
   }
 };
 
-TEST_F(ApiFixture, ForwardRejectsBadArguments) {
+TEST_F(SwigluApi, ForwardRejectsBadArguments) {
   auto av = a.view(), bv = b.view(), cv = c.view();
   expect_error(tigon_swiglu_fwd(av, bv, cv, {3}, nullptr), "activation");
   expect_error(tigon_swiglu_fwd(av, bv, cv, {-1}, nullptr), "activation");
@@ -150,7 +150,7 @@ TEST_F(ApiFixture, ForwardRejectsBadArguments) {
   expect_error(tigon_swiglu_fwd(a_rows_of_16, b2.view(), c_over_a, {0}, nullptr), "c");
 }
 
-TEST_F(ApiFixture, BackwardRejectsBadArguments) {
+TEST_F(SwigluApi, BackwardRejectsBadArguments) {
   auto av = a.view(), bv = b.view(), dcv = c.view(), dav = d.view(), dbv = e.view();
   expect_error(tigon_swiglu_bwd(dcv, av, bv, dav, dbv, {7}, nullptr), "activation");
   expect_error(tigon_swiglu_bwd(nullptr, av, bv, dav, dbv, {0}, nullptr), "dc");
@@ -165,7 +165,7 @@ TEST_F(ApiFixture, BackwardRejectsBadArguments) {
   expect_error(tigon_swiglu_bwd(dcv, av, bv, dav, f16.view(), {0}, nullptr), "db");
 }
 
-TEST_F(ApiFixture, EmptyTensorsAreANoOp) {
+TEST_F(SwigluApi, EmptyTensorsAreANoOp) {
   HostMat z(DType::kBFloat16, 0, 8);
   auto zv = z.view();
   EXPECT_EQ(tigon_swiglu_fwd(zv, zv, zv, {0}, nullptr), TIGON_SUCCESS) << tigon_last_error();
