@@ -1,0 +1,159 @@
+"""SwiGLU and GeGLU (tanh) benchmark: tigon against Hugging Face's ``act_fn(gate) * up`` (eager and torch.compile) and
+Liger-Kernel's LigerSiLUMulFunction / LigerGELUMulFunction, same inputs, same process.
+
+Memory-bound: the figure of merit is bandwidth against a plain copy. Byte models (tensor bytes T = M * N * 2 for
+bf16): forward reads a, b and writes c (3 T); backward reads a, b, dc and writes da, db (5 T); full 7 T (the
+project's model for this op, as in targets.md). tigon runs with in_place=True, as inside an MLP block: the gradients
+are written over a and b, as Liger's backward always does; the timed inputs therefore drift from run to run, which
+does not change the time of an elementwise kernel (the error check uses fresh copies).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tigon.bench.report import Skip, make_result, progress
+from tigon.bench.timing import graph_time_ms, peak_extra_mib, synchronize, time_ms
+
+GPU_SHAPES = [(8192, 14336)]  # Llama-3-8B's intermediate size, 8192 tokens
+CPU_SHAPES = [(256, 1024)]
+VARIANTS = ["swiglu", "geglu"]  # geglu = the tanh GELU (Gemma)
+
+
+def hf_glu(variant: str):
+    """The Hugging Face MLP's activation line, ``act_fn(gate_proj(x)) * up_proj(x)``, as a function of gate and up."""
+    if variant == "swiglu":
+        return lambda a, b: F.silu(a) * b
+    return lambda a, b: F.gelu(a, approximate="tanh") * b
+
+
+# ---- implementations: each factory returns fn(a, b) -> c or raises Skip(reason) ------------------------------------
+
+def _tigon(variant, ctx, args):
+    from tigon.ops.swiglu import geglu, swiglu
+    if variant == "swiglu":
+        return lambda a, b: swiglu(a, b, in_place=True)
+    return lambda a, b: geglu(a, b, approximate="tanh", in_place=True)
+
+
+def _torch_eager(variant, ctx, args):
+    return hf_glu(variant)
+
+
+def _torch_compile(variant, ctx, args):
+    if ctx.device.type != "cuda" and not args.cpu_compile:
+        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
+    return torch.compile(hf_glu(variant), dynamic=False)
+
+
+def _liger(variant, ctx, args):
+    try:
+        if variant == "swiglu":
+            from liger_kernel.ops.swiglu import LigerSiLUMulFunction as fn
+        else:
+            from liger_kernel.ops.geglu import LigerGELUMulFunction as fn
+    except Exception as e:  # ImportError, or Triton failing to initialise
+        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
+    if ctx.device.type != "cuda":
+        raise Skip("Liger is Triton: CUDA only")
+    return fn.apply
+
+
+IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
+
+
+# ---- measurement ------------------------------------------------------------------------------------------------------
+
+def _forward_backward(fn, a, b, dc):
+    ag, bg = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    c = fn(ag, bg)
+    da, db = torch.autograd.grad(c, (ag, bg), dc)
+    return c, da, db
+
+
+def _max_errors(fn, a, b, dc, ref) -> dict:
+    """Max abs difference of c, da, db against torch_eager in float32 (err_dx / err_dw hold da / db for the table)."""
+    got = _forward_backward(fn, a, b, dc)
+    return {f"err_{k}": (g.float() - r).abs().max().item() for k, g, r in zip(("y", "dx", "dw"), got, ref)}
+
+
+def _time_impl(fn, a, b, dc, ctx, op) -> dict:
+    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
+    with torch.no_grad():
+        fwd_ms = time_ms(lambda: fn(a, b), device, reps, warmup)
+    ag, bg = a.detach().requires_grad_(), b.detach().requires_grad_()
+    bwd_ms = time_ms(lambda c: torch.autograd.grad(c, (ag, bg), dc), device, reps, warmup, setup=lambda: fn(ag, bg))
+
+    def full():
+        return torch.autograd.grad(fn(ag, bg), (ag, bg), dc)
+
+    full_ms = time_ms(full, device, reps, warmup)
+    out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_extra_mib(full, device)}
+    try:  # the same calls replayed from a CUDA graph: device time alone
+        with torch.no_grad():
+            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(a, b), device, reps, warmup)
+        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
+    except Exception as e:
+        ctx.note(f"{op}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+    return out
+
+
+def _run_variant(variant, args, ctx) -> list[dict]:
+    fns = {}
+    for name, make in IMPLS.items():
+        if args.impls and name not in args.impls:
+            continue
+        try:
+            fns[name] = make(variant, ctx, args)
+        except Skip as s:
+            ctx.note(f"{variant}: {name} skipped: {s}")
+        except Exception as e:
+            ctx.note(f"{variant}: {name} failed to set up: {type(e).__name__}: {e}")
+
+    results = []
+    for shape in args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES):
+        if len(shape) != 2:
+            ctx.note(f"{variant}: shape {'x'.join(map(str, shape))} skipped: expected tokens x intermediate")
+            continue
+        M, N = shape
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        rand = lambda: torch.randn(M, N, generator=gen, device=ctx.device).to(ctx.dtype)  # noqa: E731
+        a, b, dc = rand(), rand(), rand()
+        elt = a.element_size()
+        nbytes = {"fwd": 3 * M * N * elt, "bwd": 5 * M * N * elt, "full": 7 * M * N * elt}
+        if "torch_compile" in fns:
+            torch._dynamo.reset()
+        ref = _forward_backward(hf_glu(variant), a.float(), b.float(), dc.float())
+        checks = {}
+        for name, fn in fns.items():
+            try:
+                checks[name] = _max_errors(fn, a, b, dc, ref)
+            except Exception as e:
+                checks[name] = e
+        del ref
+
+        for name, fn in fns.items():
+            label = f"{variant} {M}x{N} {name}"
+            try:
+                if isinstance(checks[name], Exception):
+                    raise checks[name]
+                progress(f"{label}: max err c/da/db " + "/".join(f"{v:.1e}" for v in checks[name].values()))
+                times = _time_impl(fn, a, b, dc, ctx, variant)
+                res = make_result(ctx, variant, name, shape, nbytes, **times, **checks[name])
+                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms, "
+                         f"peak {times['peak_mib']} MiB")
+            except Exception as e:
+                progress(f"{label}: FAILED {type(e).__name__}: {e}")
+                res = make_result(ctx, variant, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
+            results.append(res)
+            synchronize(ctx.device)
+        del a, b, dc
+    return results
+
+
+def run(args, ctx) -> list[dict]:
+    results = []
+    for variant in VARIANTS:
+        results += _run_variant(variant, args, ctx)
+    return results

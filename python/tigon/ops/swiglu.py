@@ -1,0 +1,273 @@
+"""SwiGLU and GeGLU as torch ops: c = act(a) * b (tigon::swiglu_fwd / swiglu_bwd / swiglu_bwd_), and the fused forms
+over one gate_up tensor [..., 2I] with a = gate_up[..., :I], b = gate_up[..., I:] (tigon::swiglu_fused_*).
+
+The forward saves a and b (not c) and the backward recomputes act(a). With in_place=True the backward writes da and
+db over a and b (dgate_up over gate_up), so a full pass allocates nothing activation-sized but c: use it when a and b
+are used nowhere else (true inside an MLP block). The ops are registered with torch.library (with fake
+implementations, so torch.compile(fullgraph=True) traces them); autograd lives outside them in autograd.Functions
+that call the ctypes launchers directly in eager mode and the registered ops under torch.compile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from tigon import _lib
+from tigon.ops._common import FLOAT_DTYPES, check_row_layout, compiling, rows_ok
+
+__all__ = ["swiglu", "geglu", "swiglu_fused", "geglu_fused", "ACTIVATIONS"]
+
+ACTIVATIONS = {"silu": 0, "gelu_tanh": 1, "gelu_erf": 2}  # tigon_glu_activation_t
+_GELU_APPROXIMATE = {"tanh": "gelu_tanh", "none": "gelu_erf"}  # F.gelu's approximate= to our activation
+
+
+class SwigluParams(ctypes.Structure):  # tigon_swiglu_params
+    _fields_ = [("activation", ctypes.c_int32)]
+
+
+_T = _lib.TENSOR_P
+_fwd = _lib.declare("tigon_swiglu_fwd", [_T, _T, _T, SwigluParams, ctypes.c_void_p])
+_bwd = _lib.declare("tigon_swiglu_bwd", [_T, _T, _T, _T, _T, SwigluParams, ctypes.c_void_p])
+
+
+# ---- argument checks ----------------------------------------------------------------------------------------------
+
+def _check_tensor(t, arg: str, op: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: argument '{arg}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: argument '{arg}' must be float32, float16 or bfloat16, got {t.dtype}")
+    if t.dim() < 1:
+        raise ValueError(f"{op}: argument '{arg}' must have at least one dimension, got a scalar")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{op}: argument '{arg}' must be on a CPU or CUDA device, got {t.device}")
+    if t.numel():  # an empty tensor is never read, whatever its strides
+        check_row_layout(t, arg, op)
+
+
+def _check_pair(a, b, in_place, op: str) -> None:
+    _check_tensor(a, "a", op)
+    _check_tensor(b, "b", op)
+    if b.device != a.device:
+        raise ValueError(f"{op}: argument 'b' is on {b.device} but a is on {a.device}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"{op}: argument 'b' must have a's dtype {a.dtype}, got {b.dtype}")
+    if b.shape != a.shape:
+        raise ValueError(f"{op}: argument 'b' must have a's shape {tuple(a.shape)}, got {tuple(b.shape)}")
+    _check_in_place(in_place, op)
+    # data pointers are not traceable: under torch.compile only the same tensor object is caught
+    if in_place and (a is b or (not compiling() and a.numel() and a.data_ptr() == b.data_ptr())):
+        raise ValueError(f"{op}: argument 'in_place' needs a and b in separate memory (da and db are written over "
+                         f"them), but they share their first element")
+
+
+def _check_gate_up(gate_up, in_place, op: str) -> None:
+    _check_tensor(gate_up, "gate_up", op)
+    if gate_up.shape[-1] % 2:
+        raise ValueError(f"{op}: argument 'gate_up' needs an even last dimension (gate and up halves), got shape "
+                         f"{tuple(gate_up.shape)}")
+    _check_in_place(in_place, op)
+
+
+def _check_in_place(in_place, op: str) -> None:
+    if not isinstance(in_place, bool):
+        raise TypeError(f"{op}: argument 'in_place' must be a bool, got {type(in_place).__name__}")
+
+
+def _gelu_activation(approximate, op: str) -> int:
+    if not isinstance(approximate, str) or approximate not in _GELU_APPROXIMATE:
+        raise ValueError(f"{op}: argument 'approximate' must be 'tanh' or 'none' (as in F.gelu), got {approximate!r}")
+    return ACTIVATIONS[_GELU_APPROXIMATE[approximate]]
+
+
+# ---- launchers: allocate outputs with torch's allocator, call the C API on torch's current stream -------------------
+
+def _halves(gate_up: torch.Tensor):
+    half = gate_up.shape[-1] // 2
+    return gate_up[..., :half], gate_up[..., half:]
+
+
+def _launch_fwd(a, b, c, act: int) -> None:
+    if a.numel() == 0:  # nothing to do, and empty tensors may carry strides no row view describes
+        return
+    _lib.check(_fwd(_lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(c), SwigluParams(act),
+                    _lib.stream_of(a)))
+
+
+def _launch_bwd(dc, a, b, da, db, act: int) -> None:
+    if a.numel() == 0:
+        return
+    _lib.check(_bwd(_lib.tensor_arg(dc), _lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(da),
+                    _lib.tensor_arg(db), SwigluParams(act), _lib.stream_of(a)))
+
+
+def _fwd_impl(a, b, act: int):
+    c = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    _launch_fwd(a, b, c, act)
+    return c
+
+
+def _bwd_impl(dc, a, b, act: int):
+    da, db = torch.empty(a.shape, dtype=a.dtype, device=a.device), torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    _launch_bwd(dc, a, b, da, db, act)
+    return da, db
+
+
+def _bwd_inplace_impl(dc, a, b, act: int) -> None:
+    _launch_bwd(dc, a, b, a, b, act)
+
+
+def _fused_fwd_impl(gate_up, act: int):
+    return _fwd_impl(*_halves(gate_up), act)
+
+
+def _fused_bwd_impl(dc, gate_up, act: int):
+    dgate_up = torch.empty(gate_up.shape, dtype=gate_up.dtype, device=gate_up.device)
+    _launch_bwd(dc, *_halves(gate_up), *_halves(dgate_up), act)
+    return dgate_up
+
+
+def _fused_bwd_inplace_impl(dc, gate_up, act: int) -> None:
+    a, b = _halves(gate_up)
+    _launch_bwd(dc, a, b, a, b, act)
+
+
+# ---- torch.library registration ----------------------------------------------------------------------------------
+
+_LIB = torch.library.Library("tigon", "FRAGMENT")
+_LIB.define("swiglu_fwd(Tensor a, Tensor b, int activation) -> Tensor")
+_LIB.define("swiglu_bwd(Tensor dc, Tensor a, Tensor b, int activation) -> (Tensor, Tensor)")
+_LIB.define("swiglu_bwd_(Tensor dc, Tensor(a!) a, Tensor(b!) b, int activation) -> ()")
+_LIB.define("swiglu_fused_fwd(Tensor gate_up, int activation) -> Tensor")
+_LIB.define("swiglu_fused_bwd(Tensor dc, Tensor gate_up, int activation) -> Tensor")
+_LIB.define("swiglu_fused_bwd_(Tensor dc, Tensor(a!) gate_up, int activation) -> ()")
+for _key in ("CPU", "CUDA"):
+    _LIB.impl("swiglu_fwd", _fwd_impl, _key)
+    _LIB.impl("swiglu_bwd", _bwd_impl, _key)
+    _LIB.impl("swiglu_bwd_", _bwd_inplace_impl, _key)
+    _LIB.impl("swiglu_fused_fwd", _fused_fwd_impl, _key)
+    _LIB.impl("swiglu_fused_bwd", _fused_bwd_impl, _key)
+    _LIB.impl("swiglu_fused_bwd_", _fused_bwd_inplace_impl, _key)
+
+
+@torch.library.register_fake("tigon::swiglu_fwd")
+def _fwd_fake(a, b, activation):
+    return a.new_empty(a.shape)
+
+
+@torch.library.register_fake("tigon::swiglu_bwd")
+def _bwd_fake(dc, a, b, activation):
+    return a.new_empty(a.shape), a.new_empty(a.shape)
+
+
+@torch.library.register_fake("tigon::swiglu_bwd_")
+def _bwd_inplace_fake(dc, a, b, activation):
+    return None
+
+
+@torch.library.register_fake("tigon::swiglu_fused_fwd")
+def _fused_fwd_fake(gate_up, activation):
+    return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
+
+
+@torch.library.register_fake("tigon::swiglu_fused_bwd")
+def _fused_bwd_fake(dc, gate_up, activation):
+    return gate_up.new_empty(gate_up.shape)
+
+
+@torch.library.register_fake("tigon::swiglu_fused_bwd_")
+def _fused_bwd_inplace_fake(dc, gate_up, activation):
+    return None
+
+
+# ---- autograd -------------------------------------------------------------------------------------------------------
+
+def _grad_rows(dc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # The kernel needs real rows in the inputs' dtype: y.sum() hands backward a stride-0 expanded gradient.
+    if dc.dtype != dtype:
+        dc = dc.to(dtype)
+    return dc if dc.numel() == 0 or rows_ok(dc) else dc.contiguous()
+
+
+class _GLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, act, in_place):
+        c = torch.ops.tigon.swiglu_fwd(a, b, act) if compiling() else _fwd_impl(a, b, act)
+        ctx.save_for_backward(a, b)
+        ctx.act, ctx.in_place = act, in_place
+        return c
+
+    @staticmethod
+    def backward(ctx, dc):
+        a, b = ctx.saved_tensors
+        dc = _grad_rows(dc, a.dtype)
+        if ctx.in_place:  # da, db written over a, b: no activation-sized allocation
+            if compiling():
+                torch.ops.tigon.swiglu_bwd_(dc, a, b, ctx.act)
+            else:
+                _bwd_inplace_impl(dc, a, b, ctx.act)
+            da, db = a, b
+        elif compiling():
+            da, db = torch.ops.tigon.swiglu_bwd(dc, a, b, ctx.act)
+        else:
+            da, db = _bwd_impl(dc, a, b, ctx.act)
+        return da, db, None, None
+
+
+class _FusedGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate_up, act, in_place):
+        c = torch.ops.tigon.swiglu_fused_fwd(gate_up, act) if compiling() else _fused_fwd_impl(gate_up, act)
+        ctx.save_for_backward(gate_up)
+        ctx.act, ctx.in_place = act, in_place
+        return c
+
+    @staticmethod
+    def backward(ctx, dc):
+        (gate_up,) = ctx.saved_tensors
+        dc = _grad_rows(dc, gate_up.dtype)
+        if ctx.in_place:  # dgate_up written over gate_up
+            if compiling():
+                torch.ops.tigon.swiglu_fused_bwd_(dc, gate_up, ctx.act)
+            else:
+                _fused_bwd_inplace_impl(dc, gate_up, ctx.act)
+            dgate_up = gate_up
+        elif compiling():
+            dgate_up = torch.ops.tigon.swiglu_fused_bwd(dc, gate_up, ctx.act)
+        else:
+            dgate_up = _fused_bwd_impl(dc, gate_up, ctx.act)
+        return dgate_up, None, None
+
+
+# ---- public functions -------------------------------------------------------------------------------------------------
+
+def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """SwiGLU: ``F.silu(a) * b`` in one kernel (fp32 math, one rounding). a and b: [..., I], same shape and dtype
+    (fp32/fp16/bf16), last dimension contiguous, rows of any stride; CPU or CUDA. in_place=True writes the gradients
+    over a and b in backward (leave it off when a or b is used elsewhere, e.g. a leaf tensor)."""
+    _check_pair(a, b, in_place, "swiglu")
+    return _GLU.apply(a, b, ACTIVATIONS["silu"], in_place)
+
+
+def geglu(a: torch.Tensor, b: torch.Tensor, approximate: str = "tanh", in_place: bool = False) -> torch.Tensor:
+    """GeGLU: ``F.gelu(a, approximate=approximate) * b`` ("tanh" as in Gemma, or "none" for the erf form); otherwise
+    as swiglu()."""
+    act = _gelu_activation(approximate, "geglu")
+    _check_pair(a, b, in_place, "geglu")
+    return _GLU.apply(a, b, act, in_place)
+
+
+def swiglu_fused(gate_up: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """SwiGLU over a fused projection [..., 2I]: ``a, b = gate_up.chunk(2, dim=-1); F.silu(a) * b`` (Phi-3's order).
+    The backward returns d(gate_up); in_place=True writes it over gate_up."""
+    _check_gate_up(gate_up, in_place, "swiglu_fused")
+    return _FusedGLU.apply(gate_up, ACTIVATIONS["silu"], in_place)
+
+
+def geglu_fused(gate_up: torch.Tensor, approximate: str = "tanh", in_place: bool = False) -> torch.Tensor:
+    """GeGLU over a fused projection [..., 2I]; otherwise as swiglu_fused()."""
+    act = _gelu_activation(approximate, "geglu_fused")
+    _check_gate_up(gate_up, in_place, "geglu_fused")
+    return _FusedGLU.apply(gate_up, act, in_place)

@@ -1,0 +1,96 @@
+// SwiGLU / GeGLU CUDA kernels: one elementwise kernel per direction, templated on dtype, activation and vector width.
+// blockDim = (threads along a row, rows per block); each thread handles V consecutive elements of a row (V = 16 bytes
+// of T when every pointer and row stride allows it, else 1) and walks rows with a grid stride, so any number of rows
+// fits the grid's y limit. Every element is read before it is written, which makes exact aliases (the in-place
+// backward) safe. Included only by the per-dtype files swiglu_cuda_<dtype>.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_types.cuh"
+#include "tigon/swiglu.h"
+
+namespace tigon::swiglu {
+
+struct FwdArgs {
+  const void* a;
+  const void* b;
+  void* c;
+  int64_t rows, cols, a_stride, b_stride, c_stride;
+};
+
+struct BwdArgs {
+  const void* dc;
+  const void* a;
+  const void* b;
+  void* da;
+  void* db;
+  int64_t rows, cols, dc_stride, a_stride, b_stride, da_stride, db_stride;
+};
+
+namespace kern {
+
+using cuda::load_vec;
+using cuda::store_vec;
+
+// act(a) and, when Grad, d act / d a, in fp32. Accurate library functions (expf, tanhf, erff), not the fast-math
+// intrinsics, so results stay within a rounding of torch's.
+template <int Act, bool Grad>
+__device__ __forceinline__ float act(float a, float* grad) {
+  if constexpr (Act == TIGON_GLU_SILU) {
+    const float s = 1.f / (1.f + expf(-a));
+    if constexpr (Grad) *grad = s * (1.f + a * (1.f - s));
+    return a * s;
+  } else if constexpr (Act == TIGON_GLU_GELU_TANH) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f, kCubic = 0.044715f;
+    const float t = tanhf(kSqrt2OverPi * (a + kCubic * a * a * a));
+    if constexpr (Grad)
+      *grad = 0.5f * (1.f + t) + 0.5f * a * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kCubic * a * a);
+    return 0.5f * a * (1.f + t);
+  } else {
+    constexpr float kInvSqrt2 = 0.7071067811865476f, kInvSqrt2Pi = 0.3989422804014327f;
+    const float cdf = 0.5f * (1.f + erff(a * kInvSqrt2));
+    if constexpr (Grad) *grad = cdf + a * kInvSqrt2Pi * expf(-0.5f * a * a);
+    return a * cdf;
+  }
+}
+
+template <class T, int Act, int V>
+__global__ void glu_fwd(FwdArgs p) {
+  const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (col >= p.cols) return;
+  const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
+  for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < p.rows; row += row_step) {
+    float a[V], b[V], c[V];
+    load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
+    load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
+#pragma unroll
+    for (int j = 0; j < V; ++j) c[j] = act<Act, false>(a[j], nullptr) * b[j];
+    store_vec<T, V>(static_cast<T*>(p.c) + row * p.c_stride + col, c);
+  }
+}
+
+template <class T, int Act, int V>
+__global__ void glu_bwd(BwdArgs p) {
+  const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (col >= p.cols) return;
+  const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
+  for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < p.rows; row += row_step) {
+    float a[V], b[V], dc[V], da[V], db[V];
+    load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
+    load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
+    load_vec<T, V>(static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float grad;
+      const float f = act<Act, true>(a[j], &grad);
+      da[j] = dc[j] * b[j] * grad;
+      db[j] = dc[j] * f;
+    }
+    store_vec<T, V>(static_cast<T*>(p.da) + row * p.da_stride + col, da);
+    store_vec<T, V>(static_cast<T*>(p.db) + row * p.db_stride + col, db);
+  }
+}
+
+}  // namespace kern
+}  // namespace tigon::swiglu

@@ -1,0 +1,50 @@
+// Typed launchers: the activation becomes a template argument here. Included only by swiglu_cuda_<dtype>.cu.
+#pragma once
+
+#include "common/cuda_check.h"
+#include "swiglu/swiglu_kernels.cuh"
+#include "swiglu/swiglu_launch.h"
+
+namespace tigon::swiglu {
+
+template <class T, int Act>
+void launch_fwd_act(const FwdArgs& a, const Launch& l, cudaStream_t stream) {
+  if (l.vec)
+    kern::glu_fwd<T, Act, 16 / sizeof(T)><<<l.grid, l.block, 0, stream>>>(a);
+  else
+    kern::glu_fwd<T, Act, 1><<<l.grid, l.block, 0, stream>>>(a);
+}
+
+template <class T, int Act>
+void launch_bwd_act(const BwdArgs& a, const Launch& l, cudaStream_t stream) {
+  if (l.vec)
+    kern::glu_bwd<T, Act, 16 / sizeof(T)><<<l.grid, l.block, 0, stream>>>(a);
+  else
+    kern::glu_bwd<T, Act, 1><<<l.grid, l.block, 0, stream>>>(a);
+}
+
+template <class T>
+void launch_fwd(const FwdArgs& a, int activation, const Launch& l, cudaStream_t stream) {
+  switch (activation) {
+    case TIGON_GLU_SILU: launch_fwd_act<T, TIGON_GLU_SILU>(a, l, stream); break;
+    case TIGON_GLU_GELU_TANH: launch_fwd_act<T, TIGON_GLU_GELU_TANH>(a, l, stream); break;
+    default: launch_fwd_act<T, TIGON_GLU_GELU_ERF>(a, l, stream);
+  }
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_bwd(const BwdArgs& a, int activation, const Launch& l, cudaStream_t stream) {
+  switch (activation) {
+    case TIGON_GLU_SILU: launch_bwd_act<T, TIGON_GLU_SILU>(a, l, stream); break;
+    case TIGON_GLU_GELU_TANH: launch_bwd_act<T, TIGON_GLU_GELU_TANH>(a, l, stream); break;
+    default: launch_bwd_act<T, TIGON_GLU_GELU_ERF>(a, l, stream);
+  }
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+#define TIGON_SWIGLU_INSTANTIATE(T)                                                      \
+  template void launch_fwd<T>(const FwdArgs&, int, const Launch&, cudaStream_t);         \
+  template void launch_bwd<T>(const BwdArgs&, int, const Launch&, cudaStream_t);
+
+}  // namespace tigon::swiglu
