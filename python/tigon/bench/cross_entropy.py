@@ -1,0 +1,139 @@
+"""Cross entropy benchmark: tigon (gradient written over the logits) against Hugging Face's loss (F.cross_entropy on
+logits.float()), the same under torch.compile, and Liger-Kernel, on the same inputs in the same run.
+
+The op is memory-bound: the forward reads the logits once (M*V*2 B of bf16), forward + backward reads them and writes
+the gradient (2*M*V*2 B). tigon and Liger compute the gradient in the forward; their "bwd" is a scale by grad_output.
+Implementations that write over the logits get fresh logits each timed iteration (a clone outside the timed region).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tigon.bench.report import Skip, make_result, progress
+from tigon.bench.timing import peak_extra_mib, synchronize, time_ms
+
+OP = "cross_entropy"
+GPU_SHAPES = [(8192, 128256), (4096, 32000)]  # first = the headline (Llama 3 vocabulary, 8k tokens)
+CPU_SHAPES = [(64, 4096)]
+
+
+def hf_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """What Hugging Face's ForCausalLMLoss does with already shifted labels: upcast, then F.cross_entropy."""
+    return F.cross_entropy(logits.float(), target, ignore_index=-100, reduction="mean")
+
+
+# ---- implementations: (fn(logits, target) -> loss, writes_over_logits) or Skip -------------------------------------
+
+def _tigon(ctx, args):
+    from tigon.ops.cross_entropy import cross_entropy
+    return (lambda x, t: cross_entropy(x, t, in_place=True)), True
+
+
+def _torch_eager(ctx, args):
+    return hf_loss, False
+
+
+def _torch_compile(ctx, args):
+    if ctx.device.type != "cuda" and not args.cpu_compile:
+        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
+    return torch.compile(hf_loss, dynamic=False), False
+
+
+def _liger(ctx, args):
+    try:
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+    except Exception as e:  # ImportError, or Triton failing to initialise
+        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
+    if ctx.device.type != "cuda":
+        raise Skip("Liger is Triton: CUDA only")
+    # (input, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, ...); it writes the
+    # gradient over the input, like tigon's in_place.
+    return (lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0]), True
+
+
+IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
+
+
+def _time_impl(fn, overwrites, x, t, ctx) -> dict:
+    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
+    with torch.no_grad():
+        fwd_ms = time_ms(lambda: fn(x, t), device, reps, warmup)  # no grad wanted: nothing is overwritten
+
+    fresh = (lambda: x.detach().clone().requires_grad_(True)) if overwrites else (lambda: x.detach().requires_grad_())
+
+    def forward_only():
+        xg = fresh()
+        return xg, fn(xg, t)
+
+    bwd_ms = time_ms(lambda xl: torch.autograd.grad(xl[1], xl[0]), device, reps, warmup, setup=forward_only)
+    full_ms = time_ms(lambda xg: torch.autograd.grad(fn(xg, t), xg), device, reps, warmup, setup=fresh)
+    xg = fresh()
+    peak = peak_extra_mib(lambda: torch.autograd.grad(fn(xg, t), xg), device)
+    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak}
+
+
+def _check(fn, overwrites, x, t, ref_loss, ref_grad) -> dict:
+    xg = x.detach().clone().requires_grad_(True)
+    loss = fn(xg, t)
+    (g,) = torch.autograd.grad(loss, xg)
+    return {"err_loss": abs(loss.item() - ref_loss), "err_dx": (g.float() - ref_grad).abs().max().item()}
+
+
+def run(args, ctx) -> list[dict]:
+    fns = {}
+    for name, make in IMPLS.items():
+        if args.impls and name not in args.impls:
+            continue
+        try:
+            fns[name] = make(ctx, args)
+        except Skip as s:
+            ctx.note(f"{OP}: {name} skipped: {s}")
+        except Exception as e:
+            ctx.note(f"{OP}: {name} failed to set up: {type(e).__name__}: {e}")
+
+    shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
+    results = []
+    for shape in shapes:
+        if len(shape) != 2:
+            ctx.note(f"{OP}: shape {'x'.join(map(str, shape))} skipped: expected tokens x vocab")
+            continue
+        M, V = shape
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        x = (torch.randn(M, V, generator=gen, device=ctx.device) * 2).to(ctx.dtype)
+        t = torch.randint(0, V, (M,), generator=gen, device=ctx.device)
+        t[::17] = -100  # some padding, as in real batches
+        elt = x.element_size()
+        nbytes = {"fwd": M * V * elt, "bwd": 2 * M * V * elt, "full": 2 * M * V * elt}
+        if "torch_compile" in fns:
+            torch._dynamo.reset()
+
+        xr = x.detach().float().requires_grad_(True)
+        ref_loss = hf_loss(xr, t)
+        (ref_grad,) = torch.autograd.grad(ref_loss, xr)
+        ref_loss = ref_loss.item()
+        checks = {}
+        for name, (fn, overwrites) in fns.items():
+            try:
+                checks[name] = _check(fn, overwrites, x, t, ref_loss, ref_grad)
+            except Exception as e:
+                checks[name] = e
+        del xr, ref_grad
+
+        for name, (fn, overwrites) in fns.items():
+            label = f"{OP} {M}x{V} {name}"
+            try:
+                if isinstance(checks[name], Exception):
+                    raise checks[name]
+                progress(f"{label}: max err loss/dx " + "/".join(f"{v:.1e}" for v in checks[name].values()))
+                times = _time_impl(fn, overwrites, x, t, ctx)
+                res = make_result(ctx, OP, name, shape, nbytes, **times, **checks[name])
+                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
+            except Exception as e:
+                progress(f"{label}: FAILED {type(e).__name__}: {e}")
+                res = make_result(ctx, OP, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
+            results.append(res)
+            synchronize(ctx.device)
+        del x, t
+    return results

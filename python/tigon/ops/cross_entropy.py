@@ -1,0 +1,216 @@
+"""Cross entropy as torch ops: tigon::cross_entropy_fwd (gradient into a new buffer), cross_entropy_fwd_ (gradient
+written over the logits) and cross_entropy_scale_ (the backward: gradient times grad_output, in place).
+
+The gradient is computed in the forward whenever the logits require it, so the backward only scales it; the mean's
+denominator and the scale are read on the device, so nothing synchronises and the whole step can be captured in a
+CUDA graph. autograd lives outside the ops in an autograd.Function: in eager mode it calls the ctypes launchers
+directly, under torch.compile the registered ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from tigon import _lib
+from tigon.ops._common import FLOAT_DTYPES, check_row_layout, compiling
+
+__all__ = ["cross_entropy", "REDUCTIONS"]
+
+REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+class CrossEntropyParams(ctypes.Structure):  # tigon_cross_entropy_params
+    _fields_ = [("ignore_index", ctypes.c_int64), ("label_smoothing", ctypes.c_float),
+                ("lse_square_scale", ctypes.c_float), ("softcap", ctypes.c_float), ("reduction", ctypes.c_int32)]
+
+
+_T = _lib.TENSOR_P
+_fwd = _lib.declare("tigon_cross_entropy_fwd",
+                    [_T, _T, _T, _T, _T, _T, _T, CrossEntropyParams, ctypes.c_void_p, ctypes.c_size_t,
+                     ctypes.c_void_p])
+_bwd = _lib.declare("tigon_cross_entropy_bwd", [_T, _T, ctypes.c_void_p])
+
+_NONE = REDUCTIONS["none"]
+
+
+def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction):
+    op = "cross_entropy"
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"{op}: argument 'logits' must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: argument 'logits' must be float32, float16 or bfloat16, got {logits.dtype}")
+    if logits.dim() != 2 or logits.shape[1] == 0:
+        raise ValueError(f"{op}: argument 'logits' must be [N, V] with V > 0, got shape {tuple(logits.shape)}")
+    if logits.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{op}: argument 'logits' must be on a CPU or CUDA device, got {logits.device}")
+    check_row_layout(logits, "logits", op)
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{op}: argument 'target' must be a torch.Tensor, got {type(target).__name__}")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{op}: argument 'target' must be int64 or int32, got {target.dtype}")
+    if target.shape != logits.shape[:1]:
+        raise ValueError(f"{op}: argument 'target' must have shape ({logits.shape[0]},) to match logits, got "
+                         f"{tuple(target.shape)}")
+    if target.device != logits.device:
+        raise ValueError(f"{op}: argument 'target' is on {target.device} but logits is on {logits.device}")
+    if weight is not None:
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"{op}: argument 'weight' must be a torch.Tensor or None, got {type(weight).__name__}")
+        if not weight.is_floating_point():
+            raise TypeError(f"{op}: argument 'weight' must be a floating-point tensor, got {weight.dtype}")
+        if weight.shape != logits.shape[1:]:
+            raise ValueError(f"{op}: argument 'weight' must have shape ({logits.shape[1]},), got {tuple(weight.shape)}")
+        if weight.device != logits.device:
+            raise ValueError(f"{op}: argument 'weight' is on {weight.device} but logits is on {logits.device}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"{op}: argument 'ignore_index' must be an int, got {type(ignore_index).__name__}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: argument 'label_smoothing' must be in [0, 1], got {label_smoothing}")
+    if not 0.0 <= lse_square_scale < float("inf"):
+        raise ValueError(f"{op}: argument 'lse_square_scale' must be finite and >= 0, got {lse_square_scale}")
+    if softcap is not None and not 0.0 < softcap < float("inf"):
+        raise ValueError(f"{op}: argument 'softcap' must be None or finite and > 0, got {softcap}")
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: argument 'reduction' must be one of {sorted(REDUCTIONS)}, got {reduction!r}")
+
+
+# ---- launchers: outputs and workspace from torch's allocator, the C API on torch's current stream -----------------
+
+def _outputs(logits, reduction: int):
+    shape = logits.shape[:1] if reduction == _NONE else ()
+    new = lambda: logits.new_empty(shape, dtype=torch.float32)  # noqa: E731
+    return new(), new(), new()
+
+
+def _workspace(logits):
+    if logits.device.type != "cuda":
+        return None, 0
+    nbytes = 4 * (4 + 3 * logits.shape[0])  # cross_entropy::fwd_workspace_bytes
+    return torch.empty(nbytes // 4, dtype=torch.float32, device=logits.device), nbytes
+
+
+def _launch(logits, target, weight, grad, ignore_index, smoothing, z_scale, softcap, reduction):
+    loss, z_loss, acc = _outputs(logits, reduction)
+    ws, nbytes = _workspace(logits)
+    _lib.check(_fwd(_lib.tensor_arg(logits), _lib.tensor_arg(target), _lib.tensor_arg(weight),
+                    _lib.tensor_arg(loss), _lib.tensor_arg(z_loss), _lib.tensor_arg(acc), _lib.tensor_arg(grad),
+                    CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction),
+                    None if ws is None else ws.data_ptr(), nbytes, _lib.stream_of(logits)))
+    return loss, z_loss, acc
+
+
+def _fwd_impl(logits, target, weight, ignore_index: int, smoothing: float, z_scale: float, softcap: float,
+              reduction: int, need_grad: bool):
+    grad = torch.empty(logits.shape if need_grad else (0, logits.shape[1]), dtype=logits.dtype, device=logits.device)
+    loss, z_loss, acc = _launch(logits, target, weight, grad if need_grad else None, ignore_index, smoothing,
+                                z_scale, softcap, reduction)
+    return loss, z_loss, acc, grad
+
+
+def _fwd_inplace_impl(logits, target, weight, ignore_index: int, smoothing: float, z_scale: float, softcap: float,
+                      reduction: int):
+    return _launch(logits, target, weight, logits, ignore_index, smoothing, z_scale, softcap, reduction)
+
+
+def _scale_impl(grad, grad_output) -> None:
+    _lib.check(_bwd(_lib.tensor_arg(grad), _lib.tensor_arg(grad_output), _lib.stream_of(grad)))
+
+
+# ---- torch.library registration ----------------------------------------------------------------------------------
+
+_LIB = torch.library.Library("tigon", "FRAGMENT")
+_ARGS = "Tensor? weight, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, int reduction"
+_LIB.define(f"cross_entropy_fwd(Tensor logits, Tensor target, {_ARGS}, bool need_grad) "
+            "-> (Tensor, Tensor, Tensor, Tensor)")
+_LIB.define(f"cross_entropy_fwd_(Tensor(a!) logits, Tensor target, {_ARGS}) -> (Tensor, Tensor, Tensor)")
+_LIB.define("cross_entropy_scale_(Tensor(a!) grad, Tensor grad_output) -> ()")
+for _key in ("CPU", "CUDA"):
+    _LIB.impl("cross_entropy_fwd", _fwd_impl, _key)
+    _LIB.impl("cross_entropy_fwd_", _fwd_inplace_impl, _key)
+    _LIB.impl("cross_entropy_scale_", _scale_impl, _key)
+
+
+@torch.library.register_fake("tigon::cross_entropy_fwd")
+def _fwd_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction, need_grad):
+    grad = logits.new_empty(logits.shape if need_grad else (0, logits.shape[1]))
+    return (*_outputs(logits, reduction), grad)
+
+
+@torch.library.register_fake("tigon::cross_entropy_fwd_")
+def _fwd_inplace_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction):
+    return _outputs(logits, reduction)
+
+
+@torch.library.register_fake("tigon::cross_entropy_scale_")
+def _scale_fake(grad, grad_output):
+    return None
+
+
+# ---- autograd -------------------------------------------------------------------------------------------------------
+
+class _CrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, target, weight, ignore_index, smoothing, z_scale, softcap, reduction, need_grad,
+                in_place):
+        opts = (ignore_index, smoothing, z_scale, softcap, reduction)
+        if need_grad and in_place:
+            if compiling():
+                loss, z_loss, acc = torch.ops.tigon.cross_entropy_fwd_(logits, target, weight, *opts)
+            else:
+                loss, z_loss, acc = _fwd_inplace_impl(logits, target, weight, *opts)
+            grad = logits  # now holds the gradient; the logits' values are gone
+        elif compiling():
+            loss, z_loss, acc, grad = torch.ops.tigon.cross_entropy_fwd(logits, target, weight, *opts, need_grad)
+        else:
+            loss, z_loss, acc, grad = _fwd_impl(logits, target, weight, *opts, need_grad)
+        if need_grad:
+            ctx.save_for_backward(grad)
+        ctx.mark_non_differentiable(z_loss, acc)
+        return loss, z_loss, acc
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_z_loss, grad_acc):
+        if not ctx.saved_tensors:  # the logits needed no gradient (e.g. only the weight required one)
+            return (None,) * 10
+        (grad,) = ctx.saved_tensors
+        # The gradient buffer is ours (or the logits', given up by in_place): scale it where it lies.
+        if compiling():
+            torch.ops.tigon.cross_entropy_scale_(grad, grad_loss)
+        else:
+            _scale_impl(grad, grad_loss if grad_loss.dtype == torch.float32 else grad_loss.float())
+        return grad, None, None, None, None, None, None, None, None, None
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
+                  ignore_index: int = -100, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
+                  softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False,
+                  return_token_accuracy: bool = False, in_place: bool = False):
+    """Cross entropy of [N, V] logits (fp32, fp16 or bf16; any row stride) against int64 or int32 targets.
+
+    Matches torch.nn.functional.cross_entropy where the options overlap (class weights, ignore_index, label
+    smoothing, reductions; the mean divides by the weight sum of the non-ignored targets and is NaN when every target
+    is ignored). Extras: lse_square_scale adds the z-loss lse_square_scale * logsumexp^2 per non-ignored token
+    (divided by the token count for "mean"), softcap applies softcap * tanh(logits / softcap) first (Gemma 2),
+    return_z_loss / return_token_accuracy also return the z-loss and the share of non-ignored tokens whose argmax is
+    the target (per token for "none", ignored tokens 0). Those two carry no gradient.
+
+    The gradient is computed in the forward when the logits require it. in_place=True writes it over the logits
+    (saves an [N, V] buffer; the logits' values are lost, so do not reuse them). A non-ignored target outside
+    [0, V) raises on the CPU; on a GPU, where checking would synchronise, it makes that row's loss and gradient NaN.
+    """
+    _check_args(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction)
+    if weight is not None and weight.dtype != torch.float32:
+        weight = weight.float()
+    if weight is not None and not weight.is_contiguous():
+        weight = weight.contiguous()
+    if not target.is_contiguous():
+        target = target.contiguous()
+    need_grad = logits.requires_grad and torch.is_grad_enabled()
+    loss, z_loss, acc = _CrossEntropy.apply(logits, target, weight, int(ignore_index), float(label_smoothing),
+                                            float(lse_square_scale), float(softcap or 0.0), REDUCTIONS[reduction],
+                                            need_grad, bool(in_place))
+    if not (return_z_loss or return_token_accuracy):
+        return loss
+    return (loss,) + ((z_loss,) if return_z_loss else ()) + ((acc,) if return_token_accuracy else ())

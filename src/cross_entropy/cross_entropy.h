@@ -1,0 +1,44 @@
+// Cross entropy inside the library: the validated problems the C API hands to either implementation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/tensor.h"
+#include "tigon/cross_entropy.h"
+
+namespace tigon::cross_entropy {
+
+struct FwdProblem {
+  RowMatrix logits;
+  RowMatrix grad;  // grad.data == nullptr: no gradient wanted; may equal logits (written over it)
+  const void* target = nullptr;
+  bool target64 = true;        // int64 targets, else int32
+  const float* weight = nullptr;  // nullptr: every class weighs 1
+  float* loss = nullptr;       // rows elements for NONE, else 1
+  float* z_loss = nullptr;     // optional, like loss
+  float* accuracy = nullptr;   // optional, like loss
+  int64_t ignore_index = -100;
+  float smoothing = 0.f, z_scale = 0.f, softcap = 0.f;
+  int reduction = TIGON_REDUCTION_MEAN;
+};
+
+struct BwdProblem {
+  RowMatrix grad;
+  const float* grad_output = nullptr;
+  int64_t go_stride = 0;  // elements between rows' scales; 0 for one scale for all (or an expanded vector)
+  bool per_row = false;   // grad_output has one value per row
+};
+
+// Workspace of the CUDA path: totals (W, C, sum of class weights) then three fp32 values per row.
+size_t fwd_workspace_bytes(int64_t rows);
+
+// CPU reference: fp64 accumulation, written for clarity (cross_entropy_ref.cpp).
+void fwd_cpu(const FwdProblem& p);
+void bwd_cpu(const BwdProblem& p);
+
+// CUDA path (cross_entropy_cuda.cu). stream is a cudaStream_t.
+void fwd_cuda(const FwdProblem& p, void* workspace, void* stream);
+void bwd_cuda(const BwdProblem& p, void* stream);
+
+}  // namespace tigon::cross_entropy

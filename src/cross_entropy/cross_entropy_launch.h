@@ -1,0 +1,43 @@
+// Cross entropy kernel arguments and the typed launchers of the row kernel, instantiated once per logits dtype in
+// cross_entropy_cuda_<dtype>.cu so the dispatch in cross_entropy_cuda.cu compiles no row kernels itself.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tigon::cross_entropy {
+
+// Workspace layout (floats): kTotals totals, then per-row ce, z and correct (rows each).
+enum Total { kWeightSum = 0, kCount = 1, kWeightAll = 2, kTotals = 4 };
+
+struct RowArgs {
+  const void* logits = nullptr;
+  void* grad = nullptr;  // nullptr: no gradient
+  int64_t rows = 0, cols = 0, x_stride = 0, g_stride = 0;
+  const void* target = nullptr;
+  bool target64 = true;
+  int64_t ignore_index = -100;
+  const float* weight = nullptr;
+  float smoothing = 0.f, z_scale = 0.f, softcap = 0.f;
+  bool mean = true;
+  const float* totals = nullptr;  // written by the totals kernel before the row kernel runs
+  float* row_ce = nullptr;
+  float* row_z = nullptr;
+  float* row_correct = nullptr;
+};
+
+struct ScaleArgs {
+  void* grad = nullptr;
+  int64_t rows = 0, cols = 0, stride = 0;
+  const float* grad_output = nullptr;
+  int64_t go_stride = 0;  // 0: one scale for every row
+};
+
+// vec: 16-byte loads and stores (rows 16-byte aligned); otherwise element by element.
+template <class T>
+void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream);
+template <class T>
+void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream);
+
+}  // namespace tigon::cross_entropy

@@ -1,0 +1,299 @@
+"""tigon.ops.cross_entropy and tigon.nn.cross_entropy.CrossEntropyLoss against a float64 torch reference
+(F.cross_entropy plus the z-loss, soft-capping and accuracy written out): loss, z-loss, accuracy and the logits'
+gradient for every option and dtype, odd and strided shapes, in place, torch.compile, CUDA graphs, bad input."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import DEVICES, needs_cuda
+from tigon.nn.cross_entropy import CrossEntropyLoss
+from tigon.ops.cross_entropy import cross_entropy
+from tolerances import assert_close
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def reference(logits, target, weight=None, ignore_index=-100, label_smoothing=0.0, lse_square_scale=0.0,
+              softcap=None, reduction="mean"):
+    """(loss, z_loss, accuracy, x64) in float64; x64 is the leaf to take the gradient against."""
+    x64 = logits.detach().double().requires_grad_(True)
+    x = softcap * torch.tanh(x64 / softcap) if softcap else x64
+    w = None if weight is None else weight.double()
+    ce = F.cross_entropy(x, target.long(), weight=w, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                         reduction=reduction)
+    keep = target.long() != ignore_index
+    lse = torch.logsumexp(x, dim=-1)
+    z_rows = torch.where(keep, lse_square_scale * lse * lse, torch.zeros_like(lse))
+    correct = ((logits.detach().double().argmax(-1) == target.long()) & keep).double()
+    count = keep.sum().double()
+    if reduction == "none":
+        z, acc = z_rows, correct
+    else:
+        z = z_rows.sum() / count if reduction == "mean" else z_rows.sum()
+        acc = correct.sum() / count
+    return ce + z, z.detach(), acc, x64
+
+
+def make_inputs(n, v, dtype, device, ignored=0, row_pad=0, target_dtype=torch.int64, scale=3.0):
+    x = (torch.randn(n, v + row_pad, device=device) * scale).to(dtype)
+    if row_pad:
+        x = x[:, :v]
+    t = torch.randint(0, v, (n,), device=device)
+    if ignored:
+        t[torch.randperm(n, device=device)[:ignored]] = -100
+    return x.requires_grad_(True), t.to(target_dtype)
+
+
+def check(x, t, in_place=False, **opts):
+    """Runs tigon and the reference on x, t; compares every output and the gradient (for a random grad_output)."""
+    x_ref = x.detach().clone()  # in_place overwrites x
+    x_in = x.detach().clone().requires_grad_(True) if in_place else x
+    loss, z, acc = cross_entropy(x_in, t, in_place=in_place,
+                                 return_z_loss=True, return_token_accuracy=True, **opts)
+    ref, z_ref, acc_ref, x64 = reference(x_ref, t, **opts)
+    tol = x.dtype  # the logits' precision bounds everything computed from them
+    assert loss.dtype == torch.float32 and loss.shape == ref.shape
+    if ref.isnan().all():
+        assert loss.isnan().all()
+    else:
+        assert_close(loss, ref, tol, name="loss")
+        assert_close(z, z_ref, tol, name="z_loss")
+        assert_close(acc, acc_ref, torch.float32, name="accuracy")
+    dy = torch.rand_like(ref) + 0.5
+    (dx,) = torch.autograd.grad(loss, x_in, dy.float())
+    (dx_ref,) = torch.autograd.grad(ref, x64, dy)
+    assert dx.dtype == x.dtype
+    if not dx_ref.isnan().any():
+        assert_close(dx, dx_ref, name="dlogits")
+    return loss, dx
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("opts", [
+    {}, dict(label_smoothing=0.1), dict(weight=True), dict(weight=True, label_smoothing=0.2),
+    dict(lse_square_scale=1e-3), dict(softcap=2.5), dict(ignored=3),
+    dict(weight=True, label_smoothing=0.1, lse_square_scale=1e-4, softcap=5.0, ignored=2),
+], ids=lambda o: "-".join(o) or "plain")
+@pytest.mark.parametrize("in_place", [False, True])
+def test_matches_float64_reference(device, dtype, reduction, opts, in_place):
+    opts = dict(opts)
+    x, t = make_inputs(9, 257, dtype, device, ignored=opts.pop("ignored", 0))
+    if opts.pop("weight", False):
+        opts["weight"] = torch.rand(257, device=device) + 0.5
+    check(x, t, in_place=in_place, reduction=reduction, **opts)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,v,pad", [(3, 1001, 0), (4, 32001, 0), (1, 1, 0), (5, 96, 8), (6, 515, 3), (2, 40000, 16)])
+def test_odd_and_strided_shapes(device, dtype, n, v, pad):
+    x, t = make_inputs(n, v, dtype, device, row_pad=pad)
+    assert pad == 0 or not x.is_contiguous()
+    check(x, t, label_smoothing=0.05)
+    check(x, t, in_place=True, reduction="none")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int32_targets_and_custom_ignore_index(device):
+    x, t = make_inputs(8, 100, torch.float32, device, target_dtype=torch.int32)
+    t[2] = 7  # ignore_index 7 also happens to be a valid class
+    check(x, t, ignore_index=7, label_smoothing=0.1, weight=torch.rand(100, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction,expected", [("mean", "nan"), ("sum", 0.0), ("none", 0.0)])
+def test_every_token_ignored(device, reduction, expected):
+    # torch gives NaN for the mean (0 / 0) and 0 for the others; the gradient is zero either way.
+    x, _ = make_inputs(4, 50, torch.float32, device)
+    t = torch.full((4,), -100, device=device)
+    loss, acc = cross_entropy(x, t, reduction=reduction, return_token_accuracy=True)
+    ref = F.cross_entropy(x.detach().double(), t, reduction=reduction)
+    assert torch.equal(loss.isnan(), ref.isnan())
+    if expected == "nan":
+        assert loss.isnan() and acc.isnan()
+    else:
+        assert (loss == 0).all()
+    (dx,) = torch.autograd.grad(loss.sum(), x)
+    assert torch.equal(dx, torch.zeros_like(dx))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_writes_the_gradient_over_the_logits(device):
+    x, t = make_inputs(16, 384, torch.bfloat16, device)
+    leaf = x.detach().clone().requires_grad_(True)
+    logits = leaf * 1  # an intermediate, as the lm_head's output is in training
+    ptr = logits.data_ptr()
+    loss = cross_entropy(logits, t, in_place=True)
+    (dx,) = torch.autograd.grad(loss, logits)
+    assert dx.data_ptr() == ptr  # no [N, V] buffer besides the logits
+    (dx_ref,) = torch.autograd.grad(cross_entropy(x, t), x)
+    assert torch.equal(dx, dx_ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_gradient_when_logits_do_not_require_it(device):
+    x, t = make_inputs(4, 64, torch.float32, device)
+    x = x.detach()
+    before = x.clone()
+    loss = cross_entropy(x, t, in_place=True)
+    assert not loss.requires_grad and torch.equal(x, before)  # nothing written over the logits
+    with torch.no_grad():
+        cross_entropy(x.requires_grad_(True), t, in_place=True)
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_module_is_a_drop_in_for_torch(device):
+    w = torch.rand(77, device=device) + 0.1
+    ours = CrossEntropyLoss(weight=w, label_smoothing=0.1, in_place=False)
+    theirs = torch.nn.CrossEntropyLoss(weight=w.double(), label_smoothing=0.1)
+    assert set(ours.state_dict()) == set(theirs.state_dict())
+    x, t = make_inputs(10, 77, torch.float32, device, ignored=2)
+    assert_close(ours(x, t), theirs(x.double(), t), name="module loss")
+    ours_ip = CrossEntropyLoss(reduction="sum")  # in_place by default
+    logits = x * 1
+    (dx,) = torch.autograd.grad(ours_ip(logits, t), logits)
+    (dx_ref,) = torch.autograd.grad(F.cross_entropy(x.double(), t, reduction="sum"), x)
+    assert_close(dx, dx_ref.double(), name="module dlogits")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic(device):
+    x, t = make_inputs(64, 5000, torch.bfloat16, device, ignored=5)
+    def run():
+        loss = cross_entropy(x, t, label_smoothing=0.1, lse_square_scale=1e-4)
+        return loss, torch.autograd.grad(loss * 0.75, x)[0]
+
+    (l1, g1), (l2, g2) = run(), run()  # fixed-order reductions: the same bits every time
+    assert torch.equal(l1, l2) and torch.equal(g1, g2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_torch_compile_fullgraph_equals_eager(device, in_place):
+    def f(h, t):
+        logits = h * 1.5
+        loss, z = cross_entropy(logits, t, label_smoothing=0.1, lse_square_scale=1e-4, in_place=in_place,
+                                return_z_loss=True)
+        return loss * 2.0, z
+
+    x, t = make_inputs(32, 300, torch.bfloat16, device, ignored=3)
+    eager = f(x, t)
+    (dx_eager,) = torch.autograd.grad(eager[0], x)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")(x, t)
+    (dx_compiled,) = torch.autograd.grad(compiled[0], x)
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    assert torch.equal(dx_eager, dx_compiled)
+
+
+@needs_cuda
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cuda_graph_replay_equals_eager(reduction):
+    x, t = make_inputs(64, 4096, torch.bfloat16, "cuda", ignored=4)
+    static_x, static_t = x.detach().clone().requires_grad_(True), t.clone()
+
+    def step(a, b):
+        loss = cross_entropy(a * 1, b, label_smoothing=0.1, reduction=reduction, in_place=True)
+        return loss, torch.autograd.grad(loss.sum() * 0.5, a)[0]  # grad_output 0.5: the scale kernel does work
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step(static_x, static_t)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step(static_x, static_t)
+    for k in range(2):  # fresh inputs each replay, a different set of ignored rows
+        new_x, new_t = make_inputs(64, 4096, torch.bfloat16, "cuda", ignored=k * 10)
+        with torch.no_grad():
+            static_x.copy_(new_x)
+        static_t.copy_(new_t)
+        g.replay()
+        torch.cuda.synchronize()
+        ref = step(new_x.detach().requires_grad_(True), new_t)
+        for a, b in zip(out, ref):
+            assert torch.equal(a, b)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_vocab(dtype):
+    x, t = make_inputs(8, 262144, dtype, "cuda", ignored=1, row_pad=8)
+    check(x, t, label_smoothing=0.1, softcap=30.0)
+
+
+@needs_cuda
+def test_more_than_2_31_elements():
+    n, v = (2**31) // 128256 + 4, 128256
+    x = torch.randn(n, v, device="cuda", dtype=torch.bfloat16).requires_grad_(True)
+    t = torch.randint(0, v, (n,), device="cuda")
+    loss = cross_entropy(x, t, reduction="none")
+    (dx,) = torch.autograd.grad(loss.sum(), x)
+    tail = slice(n - 3, n)
+    ref = F.cross_entropy(x[tail].detach().double(), t[tail], reduction="none")
+    assert_close(loss[tail], ref, torch.bfloat16, name="loss tail")
+    x64 = x[tail].detach().double().requires_grad_(True)
+    (dx_ref,) = torch.autograd.grad(F.cross_entropy(x64, t[tail], reduction="sum"), x64)
+    assert_close(dx[tail], dx_ref, name="dlogits tail")
+
+
+@needs_cuda
+def test_out_of_range_target_on_gpu_is_nan():
+    # Checking would synchronise, so the kernel marks the row instead: NaN loss and gradient row, NaN mean.
+    x, t = make_inputs(4, 100, torch.float32, "cuda")
+    t[1] = 100
+    loss_rows = cross_entropy(x, t, reduction="none")
+    assert loss_rows[1].isnan() and not loss_rows[[0, 2, 3]].isnan().any()
+    (dx,) = torch.autograd.grad(loss_rows.sum(), x)
+    assert dx[1].isnan().all() and not dx[[0, 2, 3]].isnan().any()
+    t[1] = -5
+    assert cross_entropy(x.detach(), t).isnan()
+
+
+# ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,exc,arg", [
+    (dict(logits=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'logits'"),
+    (dict(logits=torch.randn(2, 4, 8)), ValueError, "'logits'"),
+    (dict(logits=torch.randn(4, 0)), ValueError, "'logits'"),
+    (dict(logits=torch.randn(8, 4).t()), ValueError, "'logits'"),
+    (dict(target=torch.zeros(4)), TypeError, "'target'"),
+    (dict(target=torch.zeros(5, dtype=torch.int64)), ValueError, "'target'"),
+    (dict(target=[0, 1, 2, 3]), TypeError, "'target'"),
+    (dict(weight=torch.ones(7)), ValueError, "'weight'"),
+    (dict(weight=torch.ones(8, dtype=torch.int64)), TypeError, "'weight'"),
+    (dict(ignore_index=1.5), TypeError, "'ignore_index'"),
+    (dict(label_smoothing=1.5), ValueError, "'label_smoothing'"),
+    (dict(lse_square_scale=-1.0), ValueError, "'lse_square_scale'"),
+    (dict(softcap=0.0), ValueError, "'softcap'"),
+    (dict(reduction="avg"), ValueError, "'reduction'"),
+    (dict(target=torch.tensor([0, 1, 8, 3])), ValueError, "'target'"),  # out of range: caught on the CPU
+    (dict(target=torch.tensor([0, -1, 2, 3])), ValueError, "'target'"),
+])
+def test_bad_input_names_the_argument(kwargs, exc, arg):
+    args = dict(logits=torch.randn(4, 8), target=torch.tensor([0, 1, 2, 3]))
+    args.update(kwargs)
+    with pytest.raises(exc, match=arg):
+        cross_entropy(**args)
+
+
+def test_c_library_errors_surface_with_the_message():
+    import tigon
+    from tigon import _lib
+    from tigon.ops import cross_entropy as mod
+    x, t, loss = torch.randn(4, 8), torch.zeros(4, dtype=torch.int64), torch.empty(3)  # NONE needs 4 losses
+    with pytest.raises(tigon.TigonArgumentError, match="tigon_cross_entropy_fwd: argument 'loss'"):
+        _lib.check(mod._fwd(_lib.tensor_arg(x), _lib.tensor_arg(t), None, _lib.tensor_arg(loss), None, None, None,
+                            mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 0), None, 0, None))
+    with pytest.raises(tigon.TigonArgumentError, match="argument 'grad_output'"):
+        _lib.check(mod._bwd(_lib.tensor_arg(x), _lib.tensor_arg(torch.ones(3)), None))
+
+
+@needs_cuda
+def test_device_mismatch_names_the_argument():
+    with pytest.raises(ValueError, match="'target'"):
+        cross_entropy(torch.randn(4, 8, device="cuda"), torch.zeros(4, dtype=torch.int64))
