@@ -3,10 +3,12 @@
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in BENCHMARKS.
 """
 
-from tigon.bench import layer_norm, rms_norm, rope
+from tigon.bench import cross_entropy, layer_norm, rms_norm, rope, swiglu
 
 BENCHMARKS = {
     "rms_norm": rms_norm.run,
     "layer_norm": layer_norm.run,
     "rope": rope.run,
+    "swiglu": swiglu.run,
+    "cross_entropy": cross_entropy.run,
 }

@@ -139,9 +139,9 @@ def print_table(results: list[dict], ctx: Context) -> None:
           f"(read+write) | torch {env['torch']} | tigon {env['tigon']} | git {env['git_sha']} | "
           f"median of {ctx.reps} reps")
     print("full = forward + backward; eager calls timed with CUDA events (Python and launch overhead included); "
-          "graph = the same calls replayed from a CUDA graph (device time alone); GB/s from the byte model "
-          "(fwd 2, bwd 3, full 5 x tensor bytes); x eager = torch_eager full ms / full ms; max err vs torch_eager "
-          "in float32")
+          "graph = the same calls replayed from a CUDA graph (device time alone); GB/s from each op's byte model "
+          "(the bytes that must move, in python/tigon/bench/<op>.py); x eager = torch_eager full ms / full ms; "
+          "max err of the output and gradients vs torch_eager in float32")
     widths = [w for _, w in _COLS]
     line = lambda cells: "  ".join(c.rjust(w) if i > 2 else c.ljust(w)  # noqa: E731
                                    for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
