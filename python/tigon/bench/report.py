@@ -192,7 +192,7 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
         width = 0.8 / len(impls)
         for ax, (key, title) in zip(axes, panels):
             for i, impl in enumerate(impls):
-                vals = [next((r[key] for r in rows if r["impl"] == impl and "x".join(map(str, r["shape"])) == s), 0)
+                vals = [next((r.get(key) for r in rows if r["impl"] == impl and "x".join(map(str, r["shape"])) == s), 0)
                         or 0 for s in shapes]
                 pos = [j + (i - (len(impls) - 1) / 2) * width for j in range(len(shapes))]
                 bars = ax.bar(pos, vals, width, label=impl)
