@@ -41,7 +41,11 @@ def run_and_check(x, w, b, eps=1e-5, in_place=False):
     dy = torch.randn_like(y)
     y.backward(dy)
     y_ref.backward(dy.double())
-    assert_close(x.grad, x64.grad, name="dx")
+    # dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w: a difference of terms of size rstd * |g|, which
+    # is large where a row's variance is tiny (rstd -> 1/sqrt(eps) for a single column): scale atol by those terms.
+    rstd = torch.rsqrt(x64.detach().var(-1, unbiased=False, keepdim=True) + eps)
+    g = dy.double() * (1.0 if w is None else w.detach().double())
+    assert_close(x.grad, x64.grad, name="dx", scale=max(1.0, (rstd * g.abs()).max().item()))
     if w is not None:
         assert w.grad.dtype == w.dtype
         assert_close(w.grad, w64.grad, name="dw")
