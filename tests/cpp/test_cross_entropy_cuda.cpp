@@ -7,20 +7,13 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "test_util.h"
 #include "tigon/cross_entropy.h"
 
 using namespace tigon_test;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine (scripts/gpu-check)"
 
 // A device copy of host bytes, fetched back on demand.
 struct Dev {

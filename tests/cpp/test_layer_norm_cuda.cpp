@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "cuda_test_util.h"
 #include "test_util.h"
 #include "tigon/layer_norm.h"
 
@@ -13,36 +14,13 @@ using namespace tigon_test;
 
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-// A device copy of a host matrix (same layout, same strides).
-struct DevMat {
-  HostMat& host;
-  void* ptr = nullptr;
-  explicit DevMat(HostMat& h) : host(h) {
-    EXPECT_EQ(cudaMalloc(&ptr, h.span_bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, h.data(), h.span_bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevMat() { cudaFree(ptr); }
-  tigon::TensorView view() { return host.view(tigon::cuda(0), ptr); }
-  tigon::TensorView vec_view(int64_t n) { return tigon::TensorView(ptr, {n}, to_dl(host.dtype), tigon::cuda(0)); }
-  HostMat fetch() {
-    HostMat out = host;
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr, out.span_bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-};
-
 // x dtype, param dtype, weight, bias, rows, cols, row pad (elements)
 using Case = std::tuple<DType, DType, bool, bool, int64_t, int64_t, int64_t>;
 
 class LayerNormCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LayerNormCuda, MatchesReference) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine";
+  SKIP_WITHOUT_GPU();
   const auto [xt, pt, has_w, has_b, rows, cols, pad] = GetParam();
   std::mt19937 rng(77 + rows + cols);
   HostMat x(xt, rows, cols, cols + pad), w(pt, 1, cols), b(pt, 1, cols), y(xt, rows, cols, cols + pad),
@@ -128,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(LayerNormCudaApi, WorkspaceTooSmallIsAnError) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   HostMat x(DType::kFloat32, 8, 64), w(DType::kFloat32, 1, 64), s(DType::kFloat32, 1, 8);
   DevMat gx(x), gw(w), gm(s), gr(s), gdb(w);
   auto xv = gx.view(), wv = gw.vec_view(64), mv = gm.vec_view(8), rv = gr.vec_view(8), dbv = gdb.vec_view(64);

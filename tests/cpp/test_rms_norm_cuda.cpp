@@ -6,37 +6,12 @@
 #include <string>
 #include <tuple>
 
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 using namespace tigon_test;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine (scripts/gpu-check)"
-
-// A device copy of a host matrix (same layout, same strides).
-struct DevMat {
-  HostMat& host;
-  void* ptr = nullptr;
-  explicit DevMat(HostMat& h) : host(h) {
-    EXPECT_EQ(cudaMalloc(&ptr, h.span_bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, h.data(), h.span_bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevMat() { cudaFree(ptr); }
-  tigon::TensorView view() { return host.view(tigon::cuda(0), ptr); }
-  tigon::TensorView vec_view(int64_t n) { return tigon::TensorView(ptr, {n}, to_dl(host.dtype), tigon::cuda(0)); }
-  HostMat fetch() {
-    HostMat out = host;
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr, out.span_bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-};
 
 using Case = std::tuple<DType, DType, DType, int, int64_t, int64_t, int64_t>;  // x, w, y, mode, rows, cols, pad
 

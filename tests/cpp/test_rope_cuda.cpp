@@ -6,16 +6,12 @@
 #include <string>
 #include <tuple>
 
+#include "cuda_test_util.h"
 #include "rope_test_util.h"
 
 using namespace tigon_test;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 // A device copy of a host tensor's whole buffer, optionally `shift` bytes in (one element: still element-aligned, no longer 16-byte aligned).
 struct Dev {
@@ -40,7 +36,7 @@ using Case = std::tuple<DType, bool, int, bool, int64_t, int64_t, int64_t, int64
 class RopeCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RopeCuda, MatchesReferenceForwardBackwardInPlace) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine";
+  SKIP_WITHOUT_GPU();
   const auto [dt, cs32, layout, inter, B, H, T, D, R, Bc, padded, misaligned] = GetParam();
   std::mt19937 rng(31 + B + H + T + D + R);
   const bool bthd = layout == TIGON_ROPE_BTHD;

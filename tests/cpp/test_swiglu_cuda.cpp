@@ -6,42 +6,13 @@
 #include <string>
 #include <tuple>
 
+#include "cuda_test_util.h"
 #include "test_util.h"
 #include "tigon/swiglu.h"
 
 using namespace tigon_test;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine (scripts/gpu-check)"
-
-// A device copy of a host matrix (same layout and strides); `view` can describe a sub-block of it.
-struct DevMat {
-  HostMat& host;
-  void* ptr = nullptr;
-  explicit DevMat(HostMat& h) : host(h) {
-    EXPECT_EQ(cudaMalloc(&ptr, h.span_bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, h.data(), h.span_bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevMat() { cudaFree(ptr); }
-  tigon::TensorView view() { return host.view(tigon::cuda(0), ptr); }
-  // columns [first, first + cols) of every row
-  tigon::TensorView cols_view(int64_t first, int64_t cols) {
-    return tigon::TensorView(static_cast<char*>(ptr) + first * tigon::dtype_bytes(host.dtype), {host.rows, cols},
-                             to_dl(host.dtype), tigon::cuda(0), {host.stride, 1});
-  }
-  HostMat fetch() {
-    HostMat out = host;
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr, out.span_bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-};
 
 // The same columns of a host matrix as a CPU view.
 tigon::TensorView host_cols(HostMat& m, int64_t first, int64_t cols) {
