@@ -6,6 +6,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "common/column_sum.h"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
@@ -111,12 +112,7 @@ int current_device() {
 // Sums `partial_rows` rows of `partial` into out (cols elements of out_dtype), in a fixed order.
 void reduce_params(const float* partial, int64_t partial_rows, int64_t cols, void* out, DType out_dtype,
                    cudaStream_t stream) {
-  const dim3 block(32, kern::kReduceRows);
-  const unsigned grid = unsigned(ceil_div(cols, 32));
-  TIGON_SWITCH_FLOAT(out_dtype, TO,
-                     kern::param_reduce<TO><<<grid, block, 0, stream>>>(partial, partial_rows, cols,
-                                                                        static_cast<TO*>(out)));
-  TIGON_CUDA_CHECK_LAUNCH();
+  cuda::column_sum(partial, partial_rows, cols, out, out_dtype, stream);
 }
 
 }  // namespace

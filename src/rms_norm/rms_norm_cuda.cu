@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "common/column_sum.h"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
@@ -187,12 +188,7 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   int64_t partial_rows = 0;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, partial_rows = dispatch<TX, Bwd>(a, plan, pr.w_dtype, pr.dy.dtype, stream));
   if (!pr.dw) return;
-  const dim3 block(32, kern::kReduceRows);
-  const unsigned grid = unsigned(ceil_div(pr.x.cols, 32));
-  TIGON_SWITCH_FLOAT(pr.dw_dtype, TDW,
-                     kern::dw_reduce<TDW><<<grid, block, 0, stream>>>(partial, partial_rows, pr.x.cols,
-                                                                      static_cast<TDW*>(pr.dw)));
-  TIGON_CUDA_CHECK_LAUNCH();
+  cuda::column_sum(partial, partial_rows, pr.x.cols, pr.dw, pr.dw_dtype, stream);
 }
 
 }  // namespace tigon::rms_norm

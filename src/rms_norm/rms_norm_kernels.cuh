@@ -266,23 +266,5 @@ __global__ void __launch_bounds__(1024) bwd_two_pass(BwdArgs a) {
   }
 }
 
-// dw[c] = sum over the partial rows, in a fixed order. blockDim = (32, kReduceRows).
-constexpr int kReduceRows = 16;
-template <class TDW>
-__global__ void dw_reduce(const float* partial, int64_t partial_rows, int64_t cols, TDW* dw) {
-  __shared__ float sums[kReduceRows][33];
-  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  float s = 0.f;
-  if (c < cols)
-    for (int64_t r = threadIdx.y; r < partial_rows; r += kReduceRows) s += partial[r * cols + c];
-  sums[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float t = 0.f;
-    for (int i = 0; i < kReduceRows; ++i) t += sums[i][threadIdx.x];
-    dw[c] = cuda::from_f<TDW>(t);
-  }
-}
-
 }  // namespace kern
 }  // namespace tigon::rms_norm
