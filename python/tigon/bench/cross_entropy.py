@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip, make_result, progress
+from tigon.bench.harness import make_impls
 from tigon.bench.timing import peak_extra_mib, synchronize, time_ms
 
 OP = "cross_entropy"
@@ -82,16 +83,7 @@ def _check(fn, overwrites, x, t, ref_loss, ref_grad) -> dict:
 
 
 def run(args, ctx) -> list[dict]:
-    fns = {}
-    for name, make in IMPLS.items():
-        if args.impls and name not in args.impls:
-            continue
-        try:
-            fns[name] = make(ctx, args)
-        except Skip as s:
-            ctx.note(f"{OP}: {name} skipped: {s}")
-        except Exception as e:
-            ctx.note(f"{OP}: {name} failed to set up: {type(e).__name__}: {e}")
+    fns = make_impls(OP, IMPLS, args, ctx)
 
     shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
     results = []

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.timing import graph_time_ms, peak_extra_mib, synchronize, time_ms
+from tigon.bench.harness import make_impls, time_fwd_bwd
+from tigon.bench.timing import synchronize
 
 OP = "layer_norm"
 GPU_SHAPES = [(16384, 4096), (4096, 4096), (16384, 8192)]  # first = the headline
@@ -69,38 +70,11 @@ def _max_errors(fn, x, w, b, dy, ref) -> dict:
 
 
 def _time_impl(fn, x, w, b, dy, ctx) -> dict:
-    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
-    with torch.no_grad():
-        fwd_ms = time_ms(lambda: fn(x, w, b), device, reps, warmup)
-    leaves = tuple(t.detach().requires_grad_() for t in (x, w, b))
-    # Backward alone: a fresh forward before each iteration, outside the timed region.
-    bwd_ms = time_ms(lambda y: torch.autograd.grad(y, leaves, dy), device, reps, warmup, setup=lambda: fn(*leaves))
-
-    def full():
-        return torch.autograd.grad(fn(*leaves), leaves, dy)
-
-    out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": time_ms(full, device, reps, warmup),
-           "peak_mib": peak_extra_mib(full, device)}
-    try:  # the same calls replayed from a CUDA graph: device time alone
-        with torch.no_grad():
-            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(x, w, b), device, reps, warmup)
-        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
-    except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
-        ctx.note(f"{OP}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
-    return out
+    return time_fwd_bwd(OP, fn, (x, w, b), (0, 1, 2), dy, ctx)
 
 
 def run(args, ctx) -> list[dict]:
-    fns = {}
-    for name, make in IMPLS.items():
-        if args.impls and name not in args.impls:
-            continue
-        try:
-            fns[name] = make(ctx, args)
-        except Skip as s:
-            ctx.note(f"{OP}: {name} skipped: {s}")
-        except Exception as e:
-            ctx.note(f"{OP}: {name} failed to set up: {type(e).__name__}: {e}")
+    fns = make_impls(OP, IMPLS, args, ctx)
 
     shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
     results = []

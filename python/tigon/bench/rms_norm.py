@@ -11,7 +11,8 @@ import inspect
 import torch
 
 from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.timing import graph_time_ms, peak_extra_mib, synchronize, time_ms
+from tigon.bench.harness import make_impls, time_fwd_bwd
+from tigon.bench.timing import synchronize
 
 OP = "rms_norm"
 GPU_SHAPES = [(16384, 4096), (4096, 4096), (16384, 8192), (65536, 1024)]  # first = the headline (8B-class model)
@@ -79,41 +80,11 @@ def _max_errors(fn, x, w, dy, ref) -> dict:
 
 
 def _time_impl(fn, x, w, dy, ctx) -> dict:
-    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
-    with torch.no_grad():
-        fwd_ms = time_ms(lambda: fn(x, w), device, reps, warmup)
-
-    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
-    # Backward alone: a fresh forward before each iteration, outside the timed region. Replaying one graph with
-    # retain_graph=True would be simpler, but torch.compile's backward donates its saved buffers and refuses it.
-    bwd_ms = time_ms(lambda y: torch.autograd.grad(y, (xg, wg), dy), device, reps, warmup,
-                     setup=lambda: fn(xg, wg))
-
-    def full():
-        return torch.autograd.grad(fn(xg, wg), (xg, wg), dy)
-
-    full_ms = time_ms(full, device, reps, warmup)
-    out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_extra_mib(full, device)}
-    try:  # the same calls replayed from a CUDA graph: device time alone
-        with torch.no_grad():
-            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(x, w), device, reps, warmup)
-        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
-    except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
-        ctx.note(f"{OP}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
-    return out
+    return time_fwd_bwd(OP, fn, (x, w), (0, 1), dy, ctx)
 
 
 def run(args, ctx) -> list[dict]:
-    fns = {}
-    for name, make in IMPLS.items():
-        if args.impls and name not in args.impls:
-            continue
-        try:
-            fns[name] = make(ctx, args)
-        except Skip as s:
-            ctx.note(f"{OP}: {name} skipped: {s}")
-        except Exception as e:
-            ctx.note(f"{OP}: {name} failed to set up: {type(e).__name__}: {e}")
+    fns = make_impls(OP, IMPLS, args, ctx)
 
     shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
     results = []

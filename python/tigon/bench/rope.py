@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.timing import graph_time_ms, peak_extra_mib, synchronize, time_ms
+from tigon.bench.harness import make_impls, time_fwd_bwd
+from tigon.bench.timing import synchronize
 
 OP = "rope"
 GPU_SHAPES = [(4, 32, 8, 4096, 128), (1, 32, 8, 8192, 128), (8, 64, 8, 2048, 128)]  # first = the headline (Llama-3 8B)
@@ -76,25 +77,7 @@ def _max_errors(fn, inputs, ref) -> dict:
 
 
 def _time_impl(fn, q, k, cos, sin, dq, dk, ctx) -> dict:
-    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
-    with torch.no_grad():
-        fwd_ms = time_ms(lambda: fn(q, k, cos, sin), device, reps, warmup)
-    qg, kg = q.detach().requires_grad_(), k.detach().requires_grad_()
-    bwd_ms = time_ms(lambda outs: torch.autograd.grad(outs, (qg, kg), (dq, dk)), device, reps, warmup,
-                     setup=lambda: fn(qg, kg, cos, sin))
-
-    def full():
-        return torch.autograd.grad(fn(qg, kg, cos, sin), (qg, kg), (dq, dk))
-
-    full_ms = time_ms(full, device, reps, warmup)
-    out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_extra_mib(full, device)}
-    try:  # the same calls replayed from a CUDA graph: device time alone
-        with torch.no_grad():
-            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(q, k, cos, sin), device, reps, warmup)
-        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
-    except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
-        ctx.note(f"{OP}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
-    return out
+    return time_fwd_bwd(OP, fn, (q, k, cos, sin), (0, 1), (dq, dk), ctx)
 
 
 def _tables(seq, dim, device, dtype, base=500000.0):
@@ -105,16 +88,7 @@ def _tables(seq, dim, device, dtype, base=500000.0):
 
 
 def run(args, ctx) -> list[dict]:
-    fns = {}
-    for name, make in IMPLS.items():
-        if args.impls and name not in args.impls:
-            continue
-        try:
-            fns[name] = make(ctx, args)
-        except Skip as s:
-            ctx.note(f"{OP}: {name} skipped: {s}")
-        except Exception as e:
-            ctx.note(f"{OP}: {name} failed to set up: {type(e).__name__}: {e}")
+    fns = make_impls(OP, IMPLS, args, ctx)
 
     shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
     results = []

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.timing import graph_time_ms, peak_extra_mib, synchronize, time_ms
+from tigon.bench.harness import make_impls, time_fwd_bwd
+from tigon.bench.timing import synchronize
 
 GPU_SHAPES = [(8192, 14336)]  # Llama-3-8B's intermediate size, 8192 tokens
 CPU_SHAPES = [(256, 1024)]
@@ -79,37 +80,11 @@ def _max_errors(fn, a, b, dc, ref) -> dict:
 
 
 def _time_impl(fn, a, b, dc, ctx, op) -> dict:
-    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
-    with torch.no_grad():
-        fwd_ms = time_ms(lambda: fn(a, b), device, reps, warmup)
-    ag, bg = a.detach().requires_grad_(), b.detach().requires_grad_()
-    bwd_ms = time_ms(lambda c: torch.autograd.grad(c, (ag, bg), dc), device, reps, warmup, setup=lambda: fn(ag, bg))
-
-    def full():
-        return torch.autograd.grad(fn(ag, bg), (ag, bg), dc)
-
-    full_ms = time_ms(full, device, reps, warmup)
-    out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_extra_mib(full, device)}
-    try:  # the same calls replayed from a CUDA graph: device time alone
-        with torch.no_grad():
-            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(a, b), device, reps, warmup)
-        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
-    except Exception as e:
-        ctx.note(f"{op}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
-    return out
+    return time_fwd_bwd(op, fn, (a, b), (0, 1), dc, ctx)
 
 
 def _run_variant(variant, args, ctx) -> list[dict]:
-    fns = {}
-    for name, make in IMPLS.items():
-        if args.impls and name not in args.impls:
-            continue
-        try:
-            fns[name] = make(variant, ctx, args)
-        except Skip as s:
-            ctx.note(f"{variant}: {name} skipped: {s}")
-        except Exception as e:
-            ctx.note(f"{variant}: {name} failed to set up: {type(e).__name__}: {e}")
+    fns = make_impls(variant, IMPLS, args, ctx, variant)
 
     results = []
     for shape in args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES):

@@ -1,0 +1,54 @@
+"""The measurement steps every op benchmark shares: building the implementations to compare, and timing one of them
+forward, backward and both (eager and from a CUDA graph) with its peak memory."""
+
+from __future__ import annotations
+
+import torch
+
+from tigon.bench.report import Skip
+from tigon.bench.timing import graph_time_ms, peak_extra_mib, time_ms
+
+__all__ = ["make_impls", "time_fwd_bwd"]
+
+
+def make_impls(label: str, factories: dict, args, ctx, *extra) -> dict:
+    """{name: fn} for every factory not filtered out by --impls; a factory raises Skip(reason) when it cannot run
+    here (not installed, wrong device), which becomes a note under the table."""
+    fns = {}
+    for name, make in factories.items():
+        if args.impls and name not in args.impls:
+            continue
+        try:
+            fns[name] = make(*extra, ctx, args)
+        except Skip as s:
+            ctx.note(f"{label}: {name} skipped: {s}")
+        except Exception as e:  # a broken optional baseline must not stop the others
+            ctx.note(f"{label}: {name} failed to set up: {type(e).__name__}: {e}")
+    return fns
+
+
+def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> dict:
+    """Times fn(*inputs): forward alone (no grad), backward alone (a fresh forward before each timed iteration,
+    outside the timed region), forward + backward, the same two replayed from a CUDA graph, and the peak extra memory
+    of one forward + backward. grad_of: indices of the inputs that get gradients; grads: the output gradient(s)."""
+    device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
+    with torch.no_grad():
+        fwd_ms = time_ms(lambda: fn(*inputs), device, reps, warmup)
+    args = [t.detach().requires_grad_() if i in grad_of else t for i, t in enumerate(inputs)]
+    leaves = tuple(args[i] for i in grad_of)
+
+    def full():
+        return torch.autograd.grad(fn(*args), leaves, grads)
+
+    out = {"fwd_ms": fwd_ms,
+           "bwd_ms": time_ms(lambda y: torch.autograd.grad(y, leaves, grads), device, reps, warmup,
+                             setup=lambda: fn(*args)),
+           "full_ms": time_ms(full, device, reps, warmup),
+           "peak_mib": peak_extra_mib(full, device)}
+    try:  # the same calls replayed from a CUDA graph: device time alone
+        with torch.no_grad():
+            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(*inputs), device, reps, warmup)
+        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
+    except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
+        ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+    return out
