@@ -2,30 +2,15 @@
 #pragma once
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "common/cuda_check.h"
+#include "common/occupancy.h"
 #include "rms_norm/rms_norm_kernels.cuh"
 #include "rms_norm/rms_norm_launch.h"
 
 namespace tigon::rms_norm {
 
-// Blocks of `threads` threads of `kernel` that fit on one multiprocessor, asked once per (kernel, block size): the
-// occupancy calculator costs microseconds of host time, too much for every launch.
-template <class Kernel>
-int resident_blocks(Kernel kernel, int threads) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
-  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), threads);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  TIGON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
-  return cache[key] = std::max(1, n);
-}
+using cuda::resident_blocks;
 
 template <class TX, class TW, class TY>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
