@@ -10,8 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include "tigon/rms_norm.h"
+#include "tigon/cross_entropy.h"
 #include "tigon/error.hpp"
+#include "tigon/layer_norm.h"
+#include "tigon/rms_norm.h"
+#include "tigon/rope.h"
+#include "tigon/swiglu.h"
 #include "tigon/tigon.h"
 
 namespace tigon {
@@ -146,6 +150,68 @@ inline void rms_norm_bwd(const TensorView& dy, const TensorView& x, const Tensor
                          size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_rms_norm_bwd(dy, x, weight ? weight->get() : nullptr, rstd, dx, dw ? dw->get() : nullptr, params,
                            workspace, workspace_bytes, stream));
+}
+
+// ---- the other op families: the C entry points with optional tensors as pointers and errors as exceptions --------
+namespace detail {
+inline const tigon_tensor* opt(const TensorView* t) { return t ? t->get() : nullptr; }
+}  // namespace detail
+
+inline void layer_norm_fwd(const TensorView& x, const TensorView* weight, const TensorView* bias, const TensorView& y,
+                           const TensorView* mean, const TensorView* rstd, float eps = 1e-5f, void* stream = nullptr) {
+  check(tigon_layer_norm_fwd(x, detail::opt(weight), detail::opt(bias), y, detail::opt(mean), detail::opt(rstd),
+                             tigon_layer_norm_params{eps}, stream));
+}
+
+inline size_t layer_norm_bwd_workspace_size(const TensorView& x) {
+  size_t bytes = 0;
+  check(tigon_layer_norm_bwd_workspace_size(x, &bytes));
+  return bytes;
+}
+
+inline void layer_norm_bwd(const TensorView& dy, const TensorView& x, const TensorView* weight, const TensorView& mean,
+                           const TensorView& rstd, const TensorView& dx, const TensorView* dw, const TensorView* db,
+                           void* workspace, size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_layer_norm_bwd(dy, x, detail::opt(weight), mean, rstd, dx, detail::opt(dw), detail::opt(db), workspace,
+                             workspace_bytes, stream));
+}
+
+inline void rope_fwd(const TensorView& x, const TensorView& cos, const TensorView& sin, const TensorView& out,
+                     tigon_rope_params params, void* stream = nullptr) {
+  check(tigon_rope_fwd(x, cos, sin, out, params, stream));
+}
+
+inline void rope_bwd(const TensorView& dy, const TensorView& cos, const TensorView& sin, const TensorView& dx,
+                     tigon_rope_params params, void* stream = nullptr) {
+  check(tigon_rope_bwd(dy, cos, sin, dx, params, stream));
+}
+
+inline void swiglu_fwd(const TensorView& a, const TensorView& b, const TensorView& c, tigon_swiglu_params params,
+                       void* stream = nullptr) {
+  check(tigon_swiglu_fwd(a, b, c, params, stream));
+}
+
+inline void swiglu_bwd(const TensorView& dc, const TensorView& a, const TensorView& b, const TensorView& da,
+                       const TensorView& db, tigon_swiglu_params params, void* stream = nullptr) {
+  check(tigon_swiglu_bwd(dc, a, b, da, db, params, stream));
+}
+
+inline size_t cross_entropy_fwd_workspace_size(const TensorView& logits) {
+  size_t bytes = 0;
+  check(tigon_cross_entropy_fwd_workspace_size(logits, &bytes));
+  return bytes;
+}
+
+inline void cross_entropy_fwd(const TensorView& logits, const TensorView& target, const TensorView* weight,
+                              const TensorView& loss, const TensorView* z_loss, const TensorView* accuracy,
+                              const TensorView* grad, tigon_cross_entropy_params params, void* workspace,
+                              size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_cross_entropy_fwd(logits, target, detail::opt(weight), loss, detail::opt(z_loss),
+                                detail::opt(accuracy), detail::opt(grad), params, workspace, workspace_bytes, stream));
+}
+
+inline void cross_entropy_bwd(const TensorView& grad, const TensorView& grad_output, void* stream = nullptr) {
+  check(tigon_cross_entropy_bwd(grad, grad_output, stream));
 }
 
 }  // namespace tigon

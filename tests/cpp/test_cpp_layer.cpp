@@ -1,0 +1,77 @@
+// The header-only C++ layer over every op family: each wrapper reaches its C entry point (CPU path here) and turns a
+// bad argument into tigon::Error naming it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tigon/tigon.hpp"
+
+namespace {
+
+using tigon::TensorView;
+namespace dt = tigon::dtype;
+
+// Runs f and expects a tigon::Error whose message names `arg`.
+template <class F>
+void expect_error_naming(F f, const char* arg) {
+  try {
+    f();
+    FAIL() << "expected tigon::Error naming '" << arg << "'";
+  } catch (const tigon::Error& e) {
+    EXPECT_EQ(e.status(), TIGON_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find(std::string("'") + arg + "'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CppLayer, LayerNorm) {
+  std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 9}, w(4, 1.f), b(4, 0.f), y(8), mean(2), rstd(2), dx(8), dw(4), db(4);
+  TensorView xv(x.data(), {2, 4}, dt::float32), wv(w.data(), {4}, dt::float32), bv(b.data(), {4}, dt::float32),
+      yv(y.data(), {2, 4}, dt::float32), mv(mean.data(), {2}, dt::float32), rv(rstd.data(), {2}, dt::float32),
+      dxv(dx.data(), {2, 4}, dt::float32), dwv(dw.data(), {4}, dt::float32), dbv(db.data(), {4}, dt::float32);
+  tigon::layer_norm_fwd(xv, &wv, &bv, yv, &mv, &rv);
+  EXPECT_NEAR(mean[0], 2.5f, 1e-6f);
+  EXPECT_NEAR(y[0] + y[1] + y[2] + y[3], 0.f, 1e-5f);
+  EXPECT_EQ(tigon::layer_norm_bwd_workspace_size(xv), 0u);  // the CPU path needs none
+  tigon::layer_norm_bwd(yv, xv, &wv, mv, rv, dxv, &dwv, &dbv, nullptr, 0);
+  TensorView short_w(w.data(), {3}, dt::float32);
+  expect_error_naming([&] { tigon::layer_norm_fwd(xv, &short_w, nullptr, yv, nullptr, nullptr); }, "weight");
+}
+
+TEST(CppLayer, Rope) {
+  std::vector<float> x(1 * 1 * 2 * 4, 1.f), out(8), cs(2 * 4, 1.f), sn(2 * 4, 0.f);
+  TensorView xv(x.data(), {1, 1, 2, 4}, dt::float32), ov(out.data(), {1, 1, 2, 4}, dt::float32),
+      cv(cs.data(), {1, 2, 4}, dt::float32), sv(sn.data(), {1, 2, 4}, dt::float32);
+  const tigon_rope_params p{0, TIGON_ROPE_BHTD};
+  tigon::rope_fwd(xv, cv, sv, ov, p);  // cos 1, sin 0: the identity
+  for (float v : out) EXPECT_EQ(v, 1.f);
+  tigon::rope_bwd(ov, cv, sv, xv, p);
+  TensorView short_cos(cs.data(), {1, 2, 6}, dt::float32);
+  expect_error_naming([&] { tigon::rope_fwd(xv, short_cos, sv, ov, p); }, "cos");
+}
+
+TEST(CppLayer, SwigluAndCrossEntropy) {
+  std::vector<float> a{0.f, 1.f}, b{2.f, 3.f}, c(2), da(2), db(2);
+  TensorView av(a.data(), {1, 2}, dt::float32), bv(b.data(), {1, 2}, dt::float32), cv(c.data(), {1, 2}, dt::float32),
+      dav(da.data(), {1, 2}, dt::float32), dbv(db.data(), {1, 2}, dt::float32);
+  const tigon_swiglu_params sp{TIGON_GLU_SILU};
+  tigon::swiglu_fwd(av, bv, cv, sp);
+  EXPECT_NEAR(c[1], 3.f / (1.f + std::exp(-1.f)), 1e-6f);  // silu(1) * 3
+  tigon::swiglu_bwd(cv, av, bv, dav, dbv, sp);
+
+  std::vector<float> logits{0.f, 0.f, 0.f, 0.f}, grad(4), loss(1);
+  std::vector<int64_t> target{1};
+  TensorView lv(logits.data(), {1, 4}, dt::float32), tv(target.data(), {1}, dt::int64),
+      gv(grad.data(), {1, 4}, dt::float32), lossv(loss.data(), {}, dt::float32);
+  tigon_cross_entropy_params cp{-100, 0.f, 0.f, 0.f, TIGON_REDUCTION_MEAN};
+  std::vector<unsigned char> ws(tigon::cross_entropy_fwd_workspace_size(lv) + 1);
+  tigon::cross_entropy_fwd(lv, tv, nullptr, lossv, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
+  EXPECT_NEAR(loss[0], std::log(4.f), 1e-6f);  // uniform logits over 4 classes
+  TensorView bad_target(target.data(), {1}, dt::float32);
+  expect_error_naming([&] {
+    tigon::cross_entropy_fwd(lv, bad_target, nullptr, lossv, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
+  }, "target");
+}
+
+}  // namespace
