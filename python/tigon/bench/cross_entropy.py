@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.harness import make_impls
-from tigon.bench.timing import peak_extra_mib, synchronize, time_ms
+from tigon.bench.report import Skip
+from tigon.bench.harness import make_impls, run_checks, time_checked
+from tigon.bench.timing import peak_extra_mib, time_ms
 
 OP = "cross_entropy"
 GPU_SHAPES = [(8192, 128256), (4096, 32000)]  # first = the headline (Llama 3 vocabulary, 8k tokens)
@@ -105,27 +105,8 @@ def run(args, ctx) -> list[dict]:
         ref_loss = hf_loss(xr, t)
         (ref_grad,) = torch.autograd.grad(ref_loss, xr)
         ref_loss = ref_loss.item()
-        checks = {}
-        for name, (fn, overwrites) in fns.items():
-            try:
-                checks[name] = _check(fn, overwrites, x, t, ref_loss, ref_grad)
-            except Exception as e:
-                checks[name] = e
+        checks = run_checks(fns, lambda f: _check(f[0], f[1], x, t, ref_loss, ref_grad))
         del xr, ref_grad
-
-        for name, (fn, overwrites) in fns.items():
-            label = f"{OP} {M}x{V} {name}"
-            try:
-                if isinstance(checks[name], Exception):
-                    raise checks[name]
-                progress(f"{label}: max err loss/dx " + "/".join(f"{v:.1e}" for v in checks[name].values()))
-                times = _time_impl(fn, overwrites, x, t, ctx)
-                res = make_result(ctx, OP, name, shape, nbytes, **times, **checks[name])
-                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
-            except Exception as e:
-                progress(f"{label}: FAILED {type(e).__name__}: {e}")
-                res = make_result(ctx, OP, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
-            results.append(res)
-            synchronize(ctx.device)
+        results += time_checked(OP, f"{OP} {M}x{V}", shape, fns, checks, lambda f: _time_impl(f[0], f[1], x, t, ctx), nbytes, ctx)
         del x, t
     return results

@@ -52,3 +52,38 @@ def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> d
     except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
         ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
     return out
+
+
+def run_checks(fns: dict, check) -> dict:
+    """{name: check(fn) or the exception it raised}: every implementation is checked against the reference first, so
+    the caller can free the reference before timing."""
+    checks = {}
+    for name, fn in fns.items():
+        try:
+            checks[name] = check(fn)
+        except Exception as e:
+            checks[name] = e
+    return checks
+
+
+def time_checked(op: str, label: str, shape, fns: dict, checks: dict, time, nbytes: dict, ctx) -> list[dict]:
+    """One result per implementation: its timings (time(fn) -> dict) and check errors, or the failure of either."""
+    from tigon.bench.report import make_result, progress
+    from tigon.bench.timing import synchronize
+
+    results = []
+    for name, fn in fns.items():
+        where = f"{label} {name}"
+        try:
+            if isinstance(checks[name], Exception):
+                raise checks[name]
+            progress(f"{where}: max err " + ", ".join(f"{k[4:]} {v:.1e}" for k, v in checks[name].items()))
+            times = time(fn)
+            res = make_result(ctx, op, name, shape, nbytes, **times, **checks[name])
+            progress(f"{where}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
+        except Exception as e:
+            progress(f"{where}: FAILED {type(e).__name__}: {e}")
+            res = make_result(ctx, op, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
+        results.append(res)
+        synchronize(ctx.device)
+    return results

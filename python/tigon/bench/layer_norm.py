@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.harness import make_impls, time_fwd_bwd
-from tigon.bench.timing import synchronize
+from tigon.bench.report import Skip
+from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+
 
 OP = "layer_norm"
 GPU_SHAPES = [(16384, 4096), (4096, 4096), (16384, 8192)]  # first = the headline
@@ -95,27 +95,8 @@ def run(args, ctx) -> list[dict]:
             torch._dynamo.reset()  # fresh specialisation per shape, never the recompile limit
 
         ref = _forward_backward(torch_layer_norm, x.float(), w.float(), b.float(), dy.float())
-        checks = {}
-        for name, fn in fns.items():
-            try:
-                checks[name] = _max_errors(fn, x, w, b, dy, ref)
-            except Exception as e:
-                checks[name] = e
+        checks = run_checks(fns, lambda fn: _max_errors(fn, x, w, b, dy, ref))
         del ref
-
-        for name, fn in fns.items():
-            label = f"{OP} {M}x{N} {name}"
-            try:
-                if isinstance(checks[name], Exception):
-                    raise checks[name]
-                progress(f"{label}: max err y/dx/dw/db " + "/".join(f"{v:.1e}" for v in checks[name].values()))
-                times = _time_impl(fn, x, w, b, dy, ctx)
-                res = make_result(ctx, OP, name, shape, nbytes, **times, **checks[name])
-                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
-            except Exception as e:
-                progress(f"{label}: FAILED {type(e).__name__}: {e}")
-                res = make_result(ctx, OP, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
-            results.append(res)
-            synchronize(ctx.device)
+        results += time_checked(OP, f"{OP} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, x, w, b, dy, ctx), nbytes, ctx)
         del x, w, b, dy
     return results

@@ -10,9 +10,9 @@ import inspect
 
 import torch
 
-from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.harness import make_impls, time_fwd_bwd
-from tigon.bench.timing import synchronize
+from tigon.bench.report import Skip
+from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+
 
 OP = "rms_norm"
 GPU_SHAPES = [(16384, 4096), (4096, 4096), (16384, 8192), (65536, 1024)]  # first = the headline (8B-class model)
@@ -105,27 +105,8 @@ def run(args, ctx) -> list[dict]:
 
         # Check every impl first, then drop the float32 reference so it does not sit in memory during timing.
         ref = _forward_backward(hf_rms_norm, x.float(), w.float(), dy.float())
-        checks = {}
-        for name, fn in fns.items():
-            try:
-                checks[name] = _max_errors(fn, x, w, dy, ref)
-            except Exception as e:
-                checks[name] = e
+        checks = run_checks(fns, lambda fn: _max_errors(fn, x, w, dy, ref))
         del ref
-
-        for name, fn in fns.items():
-            label = f"{OP} {M}x{N} {name}"
-            try:
-                if isinstance(checks[name], Exception):
-                    raise checks[name]
-                progress(f"{label}: max err y/dx/dw " + "/".join(f"{v:.1e}" for v in checks[name].values()))
-                times = _time_impl(fn, x, w, dy, ctx)
-                res = make_result(ctx, OP, name, shape, nbytes, **times, **checks[name])
-                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
-            except Exception as e:
-                progress(f"{label}: FAILED {type(e).__name__}: {e}")
-                res = make_result(ctx, OP, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
-            results.append(res)
-            synchronize(ctx.device)
+        results += time_checked(OP, f"{OP} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, x, w, dy, ctx), nbytes, ctx)
         del x, w, dy
     return results

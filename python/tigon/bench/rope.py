@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.harness import make_impls, time_fwd_bwd
-from tigon.bench.timing import synchronize
+from tigon.bench.report import Skip
+from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+
 
 OP = "rope"
 GPU_SHAPES = [(4, 32, 8, 4096, 128), (1, 32, 8, 8192, 128), (8, 64, 8, 2048, 128)]  # first = the headline (Llama-3 8B)
@@ -108,27 +108,8 @@ def run(args, ctx) -> list[dict]:
 
         ref = _forward_backward(hf_apply_rotary_pos_emb, q.float(), k.float(), cos.float(), sin.float(), dq.float(),
                                 dk.float())
-        checks = {}
-        for name, fn in fns.items():
-            try:
-                checks[name] = _max_errors(fn, (q, k, cos, sin, dq, dk), ref)
-            except Exception as e:
-                checks[name] = e
+        checks = run_checks(fns, lambda fn: _max_errors(fn, (q, k, cos, sin, dq, dk), ref))
         del ref
-
-        for name, fn in fns.items():
-            label = f"{OP} {'x'.join(map(str, shape))} {name}"
-            try:
-                if isinstance(checks[name], Exception):
-                    raise checks[name]
-                progress(f"{label}: max err q/k/dq/dk " + "/".join(f"{v:.1e}" for v in checks[name].values()))
-                times = _time_impl(fn, q, k, cos, sin, dq, dk, ctx)
-                res = make_result(ctx, OP, name, shape, nbytes, **times, **checks[name])
-                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
-            except Exception as e:
-                progress(f"{label}: FAILED {type(e).__name__}: {e}")
-                res = make_result(ctx, OP, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
-            results.append(res)
-            synchronize(ctx.device)
+        results += time_checked(OP, f"{OP} {'x'.join(map(str, shape))}", shape, fns, checks, lambda fn: _time_impl(fn, q, k, cos, sin, dq, dk, ctx), nbytes, ctx)
         del q, k, dq, dk, cos, sin
     return results

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.report import Skip, make_result, progress
-from tigon.bench.harness import make_impls, time_fwd_bwd
-from tigon.bench.timing import synchronize
+from tigon.bench.report import Skip
+from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+
 
 GPU_SHAPES = [(8192, 14336)]  # Llama-3-8B's intermediate size, 8192 tokens
 CPU_SHAPES = [(256, 1024)]
@@ -100,29 +100,9 @@ def _run_variant(variant, args, ctx) -> list[dict]:
         if "torch_compile" in fns:
             torch._dynamo.reset()
         ref = _forward_backward(hf_glu(variant), a.float(), b.float(), dc.float())
-        checks = {}
-        for name, fn in fns.items():
-            try:
-                checks[name] = _max_errors(fn, a, b, dc, ref)
-            except Exception as e:
-                checks[name] = e
+        checks = run_checks(fns, lambda fn: _max_errors(fn, a, b, dc, ref))
         del ref
-
-        for name, fn in fns.items():
-            label = f"{variant} {M}x{N} {name}"
-            try:
-                if isinstance(checks[name], Exception):
-                    raise checks[name]
-                progress(f"{label}: max err c/da/db " + "/".join(f"{v:.1e}" for v in checks[name].values()))
-                times = _time_impl(fn, a, b, dc, ctx, variant)
-                res = make_result(ctx, variant, name, shape, nbytes, **times, **checks[name])
-                progress(f"{label}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms, "
-                         f"peak {times['peak_mib']} MiB")
-            except Exception as e:
-                progress(f"{label}: FAILED {type(e).__name__}: {e}")
-                res = make_result(ctx, variant, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
-            results.append(res)
-            synchronize(ctx.device)
+        results += time_checked(variant, f"{variant} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, a, b, dc, ctx, variant), nbytes, ctx)
         del a, b, dc
     return results
 
