@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from tigon.bench.report import Skip
-from tigon.bench.timing import graph_time_ms, peak_extra_mib, time_ms
+from tigon.bench.timing import graph_time_ms, peak_extra_mib, rotated_copies, stream_time_ms, time_ms
 
-__all__ = ["make_impls", "time_fwd_bwd"]
+__all__ = ["make_impls", "time_fwd_bwd", "stream_fwd_full", "run_checks", "time_checked"]
 
 
 def make_impls(label: str, factories: dict, args, ctx, *extra) -> dict:
@@ -49,8 +49,27 @@ def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> d
         with torch.no_grad():
             out["fwd_graph_ms"] = graph_time_ms(lambda: fn(*inputs), device, reps, warmup)
         out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
+        out.update(stream_fwd_full(fn, inputs, grad_of, grads, out["fwd_ms"], out["full_ms"], ctx))
     except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
         ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+    return out
+
+
+def stream_fwd_full(fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, full_est: float, ctx) -> dict:
+    """Steady-state device time of the forward and of forward + backward (stream_time_ms), on rotated input copies
+    (the inputs that get gradients are leaves of their own in each copy)."""
+    if ctx.device.type != "cuda":
+        return {}
+    sets = rotated_copies(tuple(t.detach().requires_grad_(i in grad_of) if isinstance(t, torch.Tensor) else t
+                                for i, t in enumerate(inputs)), ctx.device)
+
+    def full(*args):
+        return torch.autograd.grad(fn(*args), tuple(args[i] for i in grad_of), grads)
+
+    with torch.no_grad():
+        fwd = stream_time_ms(fn, sets, ctx.device, fwd_est, ctx.stream_reps)
+    out = {"fwd_dev_ms": fwd, "full_dev_ms": stream_time_ms(full, sets, ctx.device, full_est, ctx.stream_reps)}
+    del sets
     return out
 
 

@@ -14,7 +14,8 @@ from typing import Callable
 
 import torch
 
-__all__ = ["time_ms", "graph_time_ms", "measure_copy_bandwidth", "peak_extra_mib", "synchronize"]
+__all__ = ["time_ms", "graph_time_ms", "stream_time_ms", "rotated_copies", "measure_copy_bandwidth", "peak_extra_mib",
+           "synchronize"]
 
 _FLUSH_BYTES = 256 << 20  # larger than any current L2 (H100/H200: 50 MiB, B200: 126 MiB)
 _flush_buffers: dict = {}
@@ -91,6 +92,47 @@ def graph_time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: i
     ms = time_ms(graph.replay, device, reps, warmup)
     del out, graph
     return ms
+
+
+_ROTATE_BYTES = 256 << 20  # input copies cycled by stream_time_ms: > 4x the H200's 60 MB L2
+
+
+def rotated_copies(tensors: tuple, device: torch.device) -> list[tuple]:
+    """[tensors, copy, copy, ...]: enough copies of the tensor arguments (others shared) that cycling through them
+    reads more than _ROTATE_BYTES between two reads of the same copy, so no call finds its inputs in L2. At least two,
+    so even a huge input is never re-read right after the call that wrote it."""
+    nbytes = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    n = max(2, -(-_ROTATE_BYTES // max(nbytes, 1)))
+    if device.type == "cuda":  # never crowd out the run: the copies get at most a quarter of what is free
+        free, _ = torch.cuda.mem_get_info(device)
+        n = max(1, min(n, free // 4 // max(nbytes, 1)))
+    clone = lambda t: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t  # noqa
+    return [tensors] + [tuple(clone(t) for t in tensors) for _ in range(n - 1)]
+
+
+def stream_time_ms(fn: Callable, arg_sets: list[tuple], device: torch.device, est_ms: float, reps: int = 10,
+                   target_ms: float = 5.0) -> float | None:
+    """Device milliseconds per call in steady state: one CUDA graph of back-to-back fn(*args) calls cycling through
+    arg_sets (rotated_copies: every call reads its inputs from HBM), replayed reps times; median replay / calls. No
+    flush and no launch gaps inside the graph, so this is the throughput of a GPU-bound training step, the number a
+    kernel's bandwidth is judged by. est_ms (an eager time) sizes the graph to about target_ms. None off the GPU."""
+    if device.type != "cuda":
+        return None
+    calls = max(len(arg_sets), min(400, round(target_ms / max(est_ms, 1e-3))))
+    calls -= calls % len(arg_sets)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm up outside capture: lazy init, autotuning, workspace sizes
+        for args in arg_sets:
+            fn(*args)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(*arg_sets[i % len(arg_sets)])
+    ms = time_ms(graph.replay, device, reps, warmup=2, flush=False)
+    del graph
+    return ms / calls
 
 
 def measure_copy_bandwidth(device: torch.device, nbytes: int | None = None, reps: int = 20) -> float:
