@@ -1,4 +1,5 @@
-/* RoPE (rotary position embedding), Hugging Face's apply_rotary_pos_emb for one tensor (q or k: one call each).
+/* RoPE (rotary position embedding), Hugging Face's apply_rotary_pos_emb, for one tensor (tigon_rope_fwd) or for q
+ * and k together (tigon_rope_qk_fwd, below).
  *
  * x is 4-D: (B, H, T, D) for TIGON_ROPE_BHTD or (B, T, H, D) for TIGON_ROPE_BTHD. cos and sin are (Bc, T, R) with
  * Bc = 1 (shared by the batch) or B, as Hugging Face's rotary embedding returns them; R is even, 2 <= R <= D. The first
@@ -37,6 +38,18 @@ TIGON_API tigon_status_t tigon_rope_fwd(const tigon_tensor* x, const tigon_tenso
 
 TIGON_API tigon_status_t tigon_rope_bwd(const tigon_tensor* dy, const tigon_tensor* cos, const tigon_tensor* sin,
                                         const tigon_tensor* dx, tigon_rope_params params, void* stream);
+
+/* q and k in one call (one kernel launch: each position's cos/sin entries are read once for all heads of both).
+ * q is (B, Hq, T, D) or (B, T, Hq, D), k the same with its own head count Hk (GQA) and strides; every rule above
+ * applies to each pair (q, q_out) and (k, k_out). The backward takes the output gradients dq_out, dk_out and writes
+ * dq, dk (which may be dq_out, dk_out themselves). */
+TIGON_API tigon_status_t tigon_rope_qk_fwd(const tigon_tensor* q, const tigon_tensor* k, const tigon_tensor* cos,
+                                           const tigon_tensor* sin, const tigon_tensor* q_out,
+                                           const tigon_tensor* k_out, tigon_rope_params params, void* stream);
+
+TIGON_API tigon_status_t tigon_rope_qk_bwd(const tigon_tensor* dq_out, const tigon_tensor* dk_out,
+                                           const tigon_tensor* cos, const tigon_tensor* sin, const tigon_tensor* dq,
+                                           const tigon_tensor* dk, tigon_rope_params params, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

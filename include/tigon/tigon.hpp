@@ -186,6 +186,18 @@ inline void rope_bwd(const TensorView& dy, const TensorView& cos, const TensorVi
   check(tigon_rope_bwd(dy, cos, sin, dx, params, stream));
 }
 
+inline void rope_qk_fwd(const TensorView& q, const TensorView& k, const TensorView& cos, const TensorView& sin,
+                        const TensorView& q_out, const TensorView& k_out, tigon_rope_params params,
+                        void* stream = nullptr) {
+  check(tigon_rope_qk_fwd(q, k, cos, sin, q_out, k_out, params, stream));
+}
+
+inline void rope_qk_bwd(const TensorView& dq_out, const TensorView& dk_out, const TensorView& cos,
+                        const TensorView& sin, const TensorView& dq, const TensorView& dk, tigon_rope_params params,
+                        void* stream = nullptr) {
+  check(tigon_rope_qk_bwd(dq_out, dk_out, cos, sin, dq, dk, params, stream));
+}
+
 inline void swiglu_fwd(const TensorView& a, const TensorView& b, const TensorView& c, tigon_swiglu_params params,
                        void* stream = nullptr) {
   check(tigon_swiglu_fwd(a, b, c, params, stream));

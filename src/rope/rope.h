@@ -25,13 +25,15 @@ struct Problem {
   bool interleaved = false;
   bool backward = false;  // rotate by -theta (the transpose of the forward)
   bool in_place = false;  // out is x: the pass-through dims are left alone
+  int h_axis = 1, t_axis = 2;  // which outer dims are the head and the position (the batch is dim 0)
 
   int64_t rows() const { return size[0] * size[1] * size[2]; }
 };
 
 // CPU reference: plain loops, fp64 math, one rounding at the store. rope_ref.cpp.
 void run_cpu(const Problem& p);
-// CUDA kernels (rope_cuda.cu). stream is a cudaStream_t.
-void run_cuda(const Problem& p, void* stream);
+// CUDA kernel (rope_cuda.cu), one launch for n = 1 or 2 problems (q and k) that share cos, sin, batch, positions,
+// head dim, dtypes and direction. stream is a cudaStream_t.
+void run_cuda(const Problem* parts, int n, void* stream);
 
 }  // namespace tigon::rope

@@ -94,6 +94,8 @@ Problem build(const tigon_tensor* x_in, const tigon_tensor* cos_in, const tigon_
   p.dim = x.shape[3];
   p.rotary = c.shape[2];
   p.interleaved = params.interleaved == 1;
+  p.h_axis = d.h;
+  p.t_axis = d.t;
   for (int i = 0; i < 3; ++i) {
     p.size[i] = x.shape[i];
     p.x_stride[i] = xs[i];
@@ -108,13 +110,26 @@ Problem build(const tigon_tensor* x_in, const tigon_tensor* cos_in, const tigon_
   return p;
 }
 
-void run(const tigon_tensor* x, const Problem& p, void* stream) {
-  if (p.rows() == 0) return;
+void run(const tigon_tensor* x, const Problem* parts, int n, void* stream) {
   if (is_cuda(*x)) {
-    TIGON_ON_CUDA(*x, run_cuda(p, stream));
+    if (parts[0].size[0] * parts[0].size[parts[0].t_axis] == 0) return;
+    TIGON_ON_CUDA(*x, run_cuda(parts, n, stream));
   } else {
-    run_cpu(p);
+    for (int i = 0; i < n; ++i)
+      if (parts[i].rows() > 0) run_cpu(parts[i]);
   }
+}
+
+// q and k in one call: k must agree with q on everything but its head count and strides.
+void check_pair(const tigon_tensor* q, const tigon_tensor* k, const char* q_name, const char* k_name,
+                const Problem& pq, const Problem& pk) {
+  check_same_device(*q, q_name, *k, k_name);
+  if (pk.dtype != pq.dtype)
+    fail_arg(k_name, "must have ", q_name, "'s dtype ", dtype_name(pq.dtype), ", got ", dtype_name(pk.dtype));
+  if (pk.dim != pq.dim) fail_arg(k_name, "head dim must be ", q_name, "'s ", pq.dim, ", got ", pk.dim);
+  if (pk.size[0] != pq.size[0] || pk.size[pk.t_axis] != pq.size[pq.t_axis])
+    fail_arg(k_name, "must have ", q_name, "'s batch and seq_len, got shape ", shape_string(*k), " vs ",
+             shape_string(*q));
 }
 
 }  // namespace
@@ -129,7 +144,7 @@ tigon_status_t tigon_rope_fwd(const tigon_tensor* x, const tigon_tensor* cos, co
                               const tigon_tensor* out, tigon_rope_params params, void* stream) {
   return api_guard("tigon_rope_fwd", [&] {
     Problem p = build(x, cos, sin, out, params, "x", "out");
-    run(x, p, stream);
+    run(x, &p, 1, stream);
   });
 }
 
@@ -138,7 +153,29 @@ tigon_status_t tigon_rope_bwd(const tigon_tensor* dy, const tigon_tensor* cos, c
   return api_guard("tigon_rope_bwd", [&] {
     Problem p = build(dy, cos, sin, dx, params, "dy", "dx");
     p.backward = true;
-    run(dy, p, stream);
+    run(dy, &p, 1, stream);
+  });
+}
+
+tigon_status_t tigon_rope_qk_fwd(const tigon_tensor* q, const tigon_tensor* k, const tigon_tensor* cos,
+                                 const tigon_tensor* sin, const tigon_tensor* q_out, const tigon_tensor* k_out,
+                                 tigon_rope_params params, void* stream) {
+  return api_guard("tigon_rope_qk_fwd", [&] {
+    Problem p[2] = {build(q, cos, sin, q_out, params, "q", "q_out"), build(k, cos, sin, k_out, params, "k", "k_out")};
+    check_pair(q, k, "q", "k", p[0], p[1]);
+    run(q, p, 2, stream);
+  });
+}
+
+tigon_status_t tigon_rope_qk_bwd(const tigon_tensor* dq_out, const tigon_tensor* dk_out, const tigon_tensor* cos,
+                                 const tigon_tensor* sin, const tigon_tensor* dq, const tigon_tensor* dk,
+                                 tigon_rope_params params, void* stream) {
+  return api_guard("tigon_rope_qk_bwd", [&] {
+    Problem p[2] = {build(dq_out, cos, sin, dq, params, "dq_out", "dq"),
+                    build(dk_out, cos, sin, dk, params, "dk_out", "dk")};
+    p[0].backward = p[1].backward = true;
+    check_pair(dq_out, dk_out, "dq_out", "dk_out", p[0], p[1]);
+    run(dq_out, p, 2, stream);
   });
 }
 

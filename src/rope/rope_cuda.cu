@@ -1,9 +1,10 @@
-// RoPE CUDA path: picks the vector or scalar kernel from the problem's alignment and launches it.
+// RoPE CUDA path: one launch for q (and k), the vector or scalar kernel picked from the problem's alignment.
 #include <algorithm>
 #include <climits>
 
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
+#include "common/device.h"
 #include "rope/rope.h"
 #include "rope/rope_kernels.cuh"
 
@@ -29,23 +30,41 @@ bool vectorizable(const Problem& p, int v) {
          rows_aligned(p.cos, p.cos_stride, p.size, cb) && rows_aligned(p.sin, p.sin_stride, p.size, cb);
 }
 
+kern::Part part_of(const Problem& p) {
+  kern::Part k{};
+  k.x = p.x;
+  k.out = p.out;
+  k.heads = p.size[p.h_axis];
+  k.x_b = p.x_stride[0], k.x_h = p.x_stride[p.h_axis], k.x_t = p.x_stride[p.t_axis];
+  k.o_b = p.out_stride[0], k.o_h = p.out_stride[p.h_axis], k.o_t = p.out_stride[p.t_axis];
+  k.copy_pass = !p.in_place;
+  return k;
+}
+
 template <class T, class TC, int V, int PV, bool INTERLEAVED>
 void launch(kern::Args a, const Problem& p, cudaStream_t stream) {
   a.rot_units = int(INTERLEAVED ? p.rotary / V : p.rotary / 2 / V);
-  a.pass_units = p.in_place ? 0 : int((p.dim - p.rotary) / PV);
-  const int units = a.rot_units + a.pass_units;
-  int tx = 1;
-  while (tx < units && tx < kThreads) tx *= 2;
-  const dim3 block(tx, kThreads / tx);
-  const unsigned grid = unsigned(std::min<int64_t>((a.rows + block.y - 1) / block.y, INT_MAX));
-  kern::rope<T, TC, V, PV, INTERLEAVED><<<grid, block, 0, stream>>>(a);
+  const bool any_copy = a.part[0].copy_pass || (a.parts > 1 && a.part[1].copy_pass);
+  a.pass_units = any_copy ? int((p.dim - p.rotary) / PV) : 0;
+  const int64_t items = a.batch * a.seq * (a.rot_units + a.pass_units);
+  // Split the heads over more threads only when the positions alone cannot fill the GPU (short sequences).
+  int device = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t want = int64_t(sm_count(device)) * 2048;
+  const int64_t heads = std::max(a.part[0].heads, a.parts > 1 ? a.part[1].heads : 0);
+  a.head_split = std::clamp<int64_t>((want + items - 1) / items, 1, std::max<int64_t>(heads, 1));
+  const int64_t blocks = (items * a.head_split + kThreads - 1) / kThreads;
+  const unsigned grid = unsigned(std::min<int64_t>(blocks, INT_MAX));
+  kern::rope<T, TC, V, PV, INTERLEAVED><<<grid, kThreads, 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, class TC>
-void dispatch(const kern::Args& a, const Problem& p, cudaStream_t stream) {
+void dispatch(const kern::Args& a, const Problem* parts, int n, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
-  const bool vec = vectorizable(p, kVec);
+  const Problem& p = parts[0];
+  bool vec = true;
+  for (int i = 0; i < n; ++i) vec = vec && vectorizable(parts[i], kVec);
   if (p.interleaved) {
     if (vec)
       launch<T, TC, kVec, kVec, true>(a, p, stream);
@@ -61,34 +80,31 @@ void dispatch(const kern::Args& a, const Problem& p, cudaStream_t stream) {
 
 }  // namespace
 
-void run_cuda(const Problem& p, void* stream_ptr) {
+void run_cuda(const Problem* parts, int n, void* stream_ptr) {
+  const Problem& p = parts[0];
   if (p.dim > INT_MAX) fail_arg("x", "head dim ", p.dim, " is too large");
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   kern::Args a{};
-  a.x = p.x;
-  a.out = p.out;
+  a.parts = n;
+  for (int i = 0; i < n; ++i) a.part[i] = part_of(parts[i]);
   a.cos = p.cos;
   a.sin = p.sin;
-  a.rows = p.rows();
-  a.size1 = p.size[1];
-  a.size2 = p.size[2];
-  for (int i = 0; i < 3; ++i) {
-    a.x_stride[i] = p.x_stride[i];
-    a.out_stride[i] = p.out_stride[i];
-    a.cos_stride[i] = p.cos_stride[i];
-    a.sin_stride[i] = p.sin_stride[i];
-  }
+  a.c_b = p.cos_stride[0], a.c_t = p.cos_stride[p.t_axis];
+  a.s_b = p.sin_stride[0], a.s_t = p.sin_stride[p.t_axis];
+  a.batch = p.size[0];
+  a.seq = p.size[p.t_axis];
   a.rotary = int(p.rotary);
   a.half = int(p.rotary / 2);
   a.backward = p.backward;
   const bool cs32 = p.cs_dtype == DType::kFloat32;
   switch (p.dtype) {
-    case DType::kFloat32: dispatch<float, float>(a, p, stream); break;
+    case DType::kFloat32: dispatch<float, float>(a, parts, n, stream); break;
     case DType::kFloat16:
-      cs32 ? dispatch<__half, float>(a, p, stream) : dispatch<__half, __half>(a, p, stream);
+      cs32 ? dispatch<__half, float>(a, parts, n, stream) : dispatch<__half, __half>(a, parts, n, stream);
       break;
     case DType::kBFloat16:
-      cs32 ? dispatch<__nv_bfloat16, float>(a, p, stream) : dispatch<__nv_bfloat16, __nv_bfloat16>(a, p, stream);
+      cs32 ? dispatch<__nv_bfloat16, float>(a, parts, n, stream)
+           : dispatch<__nv_bfloat16, __nv_bfloat16>(a, parts, n, stream);
       break;
     default: fail(TIGON_ERROR_INTERNAL, "rope: unexpected dtype ", dtype_name(p.dtype));
   }

@@ -1,30 +1,39 @@
-// RoPE kernels. A row is one head vector of one token; a block holds blockDim.y rows and blockDim.x threads per row.
-// Each thread owns "units" of V elements: a rotation unit reads both members of V pairs (rotate-half: elements e..e+V
-// and their partners e+R/2..; interleaved: the adjacent pairs inside e..e+V), a pass-through unit copies V elements
-// past R. A thread reads everything it writes before writing, so in-place calls (out == x) need no synchronisation.
+// RoPE kernel. A work item is one token position (b, t) and one "unit" of V head-dim elements; its thread loads the
+// cos/sin entries of that unit once and applies them to every head of q and k (one or two "parts"), so the tables
+// are read from memory once per position instead of once per head (they were twice the traffic of q and k).
+// A rotation unit covers both members of V pairs (rotate-half: elements e..e+V and their partners e+R/2..;
+// interleaved: the adjacent pairs inside e..e+V); a pass-through unit copies V elements past R. Heads are processed
+// four at a time (all loads before any store) to keep enough bytes in flight. A thread reads everything it writes
+// before writing it, so in-place calls (out == x) need no synchronisation.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_types.cuh"
 
 namespace tigon::rope::kern {
 
-struct Args {
+struct Part {  // q or k: strides in elements along batch, head and position
   const void* x;
   void* out;
-  const void* cos;
-  const void* sin;
-  int64_t rows, size1, size2;  // rows = size0 * size1 * size2, size2 innermost
-  int64_t x_stride[3], out_stride[3], cos_stride[3], sin_stride[3];
-  int rotary, half;             // R and R / 2
-  int rot_units, pass_units;    // per row; pass_units is 0 in place
-  bool backward;
+  int64_t heads;
+  int64_t x_b, x_h, x_t, o_b, o_h, o_t;
+  bool copy_pass;  // false in place: the pass-through dims are already where they belong
 };
 
-__device__ __forceinline__ int64_t offset_of(const int64_t (&stride)[3], int64_t i0, int64_t i1, int64_t i2) {
-  return i0 * stride[0] + i1 * stride[1] + i2 * stride[2];
-}
+struct Args {
+  Part part[2];
+  int parts;
+  const void* cos;
+  const void* sin;
+  int64_t c_b, c_t, s_b, s_t;
+  int64_t batch, seq;
+  int64_t head_split;  // threads that share one (b, t, unit), each taking every head_split-th head
+  int rotary, half;
+  int rot_units, pass_units;
+  bool backward;
+};
 
 // (a, b) is one pair; forward: a' = a cos_a - b sin_a, b' = b cos_b + a sin_b. The backward (the transpose) is the
 // same expression with sin_a' = -sin_b and sin_b' = -sin_a, so both directions share one kernel.
@@ -36,50 +45,134 @@ __device__ __forceinline__ void rotate_pair(float& a, float& b, float ca, float 
   b = nb;
 }
 
-// V: elements per unit (16 bytes of T on the vector path; 1, or 2 for interleaved, on the scalar path).
+// N elements of T in registers in their storage format, read as floats. A 16-byte vector is held as four 32-bit
+// words and its 16-bit elements are unpacked with bit operations: an array of bf16 would take one register each.
+template <class T>
+__device__ __forceinline__ float unpack(uint32_t w, int j) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(j & 1 ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    const __half2 h = *reinterpret_cast<const __half2*>(&w);
+    return j & 1 ? __high2float(h) : __low2float(h);
+  }
+}
+
+template <class T, int N, bool kVector = N * sizeof(T) == 16>
+struct Regs {  // scalar path: a few elements
+  T v[N];
+  __device__ __forceinline__ void load(const T* p) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) v[j] = p[j];
+  }
+  __device__ __forceinline__ float operator[](int j) const { return cuda::to_f<T>(v[j]); }
+};
+
+template <class T, int N>
+struct Regs<T, N, true> {  // vector path: one 16-byte load
+  uint32_t w[4];
+  __device__ __forceinline__ void load(const T* p) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+  }
+  __device__ __forceinline__ float operator[](int j) const { return unpack<T>(w[j * sizeof(T) / 4], j); }
+};
+
+constexpr int kHeadsAtOnce = 2;
+
+// One part's heads h0, h0 + step, ... for the rotation unit at element e (partner f for rotate-half).
+// The table entries are (re)loaded once per group of heads, from L1: holding them across the whole loop as floats
+// cost 32 registers more and halved the resident threads.
+template <class T, class TC, int V, bool INTERLEAVED>
+__device__ __forceinline__ void rotate_heads(const Part& p, int64_t b, int64_t t, int64_t h0, int64_t step, int e,
+                                             int f, const TC* cs, const TC* sn, bool bwd) {
+  const T* x = static_cast<const T*>(p.x) + b * p.x_b + t * p.x_t;
+  T* out = static_cast<T*>(p.out) + b * p.o_b + t * p.o_t;
+#pragma unroll 1
+  for (int64_t h = h0; h < p.heads; h += kHeadsAtOnce * step) {
+    Regs<TC, V> ca, cb, sa, sb;
+    ca.load(cs + e);
+    sa.load(sn + e);
+    if constexpr (!INTERLEAVED) {
+      cb.load(cs + f);
+      sb.load(sn + f);
+    }
+    Regs<T, V> va[kHeadsAtOnce], vb[kHeadsAtOnce];
+#pragma unroll
+    for (int k = 0; k < kHeadsAtOnce; ++k) {
+      const int64_t hk = h + k * step;
+      if (hk < p.heads) {
+        va[k].load(x + hk * p.x_h + e);
+        if constexpr (!INTERLEAVED) vb[k].load(x + hk * p.x_h + f);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kHeadsAtOnce; ++k) {
+      const int64_t hk = h + k * step;
+      if (hk >= p.heads) break;
+      float a[V], b[V];
+      if constexpr (INTERLEAVED) {
+#pragma unroll
+        for (int j = 0; j < V; j += 2) {
+          a[j] = va[k][j];
+          a[j + 1] = va[k][j + 1];
+          rotate_pair(a[j], a[j + 1], ca[j], ca[j + 1], sa[j], sa[j + 1], bwd);
+        }
+        cuda::store_vec<T, V>(out + hk * p.o_h + e, a);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          a[j] = va[k][j];
+          b[j] = vb[k][j];
+          rotate_pair(a[j], b[j], ca[j], cb[j], sa[j], sb[j], bwd);
+        }
+        cuda::store_vec<T, V>(out + hk * p.o_h + e, a);
+        cuda::store_vec<T, V>(out + hk * p.o_h + f, b);
+      }
+    }
+  }
+}
+
+// One part's pass-through unit at element e, for heads h0, h0 + step, ...
+template <class T, int PV>
+__device__ __forceinline__ void copy_heads(const Part& p, int64_t b, int64_t t, int e, int64_t h0, int64_t step) {
+  if (!p.copy_pass) return;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_b + t * p.x_t + e;
+  T* out = static_cast<T*>(p.out) + b * p.o_b + t * p.o_t + e;
+  for (int64_t h = h0; h < p.heads; h += step) {
+    float v[PV];
+    cuda::load_vec<T, PV>(x + h * p.x_h, v);
+    cuda::store_vec<T, PV>(out + h * p.o_h, v);
+  }
+}
+
+// V: elements per rotation unit (16 bytes of T on the vector path; 1, or 2 for interleaved, on the scalar path).
 // PV: elements per pass-through unit (V on the vector path, 1 on the scalar path, so any D - R works).
 template <class T, class TC, int V, int PV, bool INTERLEAVED>
 __global__ void __launch_bounds__(256) rope(Args a) {
-  using cuda::load_vec;
-  using cuda::store_vec;
+  // One work item per thread, no grid-stride loop: a loop would keep every parameter of both parts in registers.
   const int units = a.rot_units + a.pass_units;
-  const int64_t step = int64_t(gridDim.x) * blockDim.y;
-  for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < a.rows; row += step) {
-    const int64_t i2 = row % a.size2, rest = row / a.size2, i1 = rest % a.size1, i0 = rest / a.size1;
-    const T* x = static_cast<const T*>(a.x) + offset_of(a.x_stride, i0, i1, i2);
-    T* out = static_cast<T*>(a.out) + offset_of(a.out_stride, i0, i1, i2);
-    const TC* cs = static_cast<const TC*>(a.cos) + offset_of(a.cos_stride, i0, i1, i2);
-    const TC* sn = static_cast<const TC*>(a.sin) + offset_of(a.sin_stride, i0, i1, i2);
-    for (int u = threadIdx.x; u < units; u += blockDim.x) {
-      if (u >= a.rot_units) {  // pass-through dims: a plain copy
-        const int e = a.rotary + (u - a.rot_units) * PV;
-        float v[PV];
-        load_vec<T, PV>(x + e, v);
-        store_vec<T, PV>(out + e, v);
-      } else if constexpr (INTERLEAVED) {
-        const int e = u * V;
-        float v[V], c[V], s[V];
-        load_vec<T, V>(x + e, v);
-        load_vec<TC, V>(cs + e, c);
-        load_vec<TC, V>(sn + e, s);
-#pragma unroll
-        for (int j = 0; j < V; j += 2) rotate_pair(v[j], v[j + 1], c[j], c[j + 1], s[j], s[j + 1], a.backward);
-        store_vec<T, V>(out + e, v);
-      } else {
-        const int e = u * V, f = e + a.half;
-        float va[V], vb[V], ca[V], cb[V], sa[V], sb[V];
-        load_vec<T, V>(x + e, va);
-        load_vec<T, V>(x + f, vb);
-        load_vec<TC, V>(cs + e, ca);
-        load_vec<TC, V>(cs + f, cb);
-        load_vec<TC, V>(sn + e, sa);
-        load_vec<TC, V>(sn + f, sb);
-#pragma unroll
-        for (int j = 0; j < V; ++j) rotate_pair(va[j], vb[j], ca[j], cb[j], sa[j], sb[j], a.backward);
-        store_vec<T, V>(out + e, va);
-        store_vec<T, V>(out + f, vb);
-      }
+  const int64_t items = a.batch * a.seq * units;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= items * a.head_split) return;
+  {
+    // Unit fastest, then position: neighbouring threads touch neighbouring bytes of one head (coalesced).
+    const int64_t h0 = i / items, item = i % items;
+    const int u = int(item % units);
+    const int64_t bt = item / units, t = bt % a.seq, b = bt / a.seq;
+    if (u >= a.rot_units) {  // pass-through dims: a plain copy
+      const int e = a.rotary + (u - a.rot_units) * PV;
+      copy_heads<T, PV>(a.part[0], b, t, e, h0, a.head_split);
+      if (a.parts > 1) copy_heads<T, PV>(a.part[1], b, t, e, h0, a.head_split);
+      return;
     }
+    const int e = u * V, f = INTERLEAVED ? e : e + a.half;
+    const TC* cs = static_cast<const TC*>(a.cos) + b * a.c_b + t * a.c_t;
+    const TC* sn = static_cast<const TC*>(a.sin) + b * a.s_b + t * a.s_t;
+    // Parts by constant index: a runtime index into the kernel's parameters copies them all into registers.
+    rotate_heads<T, TC, V, INTERLEAVED>(a.part[0], b, t, h0, a.head_split, e, f, cs, sn, a.backward);
+    if (a.parts > 1) rotate_heads<T, TC, V, INTERLEAVED>(a.part[1], b, t, h0, a.head_split, e, f, cs, sn, a.backward);
   }
 }
 

@@ -125,6 +125,8 @@ TEST(RopeApi, EveryBadArgumentIsNamed) {
   tigon::TensorView x_other_strides(x.bytes.data(), {2, 4, 6, 16}, tigon::dtype::bfloat16, tigon::cpu(),
                                     {384, 16, 64, 1});
   tigon::TensorView cos_gpu(cos.bytes.data(), {1, 6, 8}, tigon::dtype::float32, tigon::cuda(0));
+  tigon::TensorView k_dim(x.bytes.data(), {2, 4, 6, 8}, tigon::dtype::bfloat16);
+  tigon::TensorView k_batch(x.bytes.data(), {1, 4, 6, 16}, tigon::dtype::bfloat16);
   const std::vector<Bad> cases = {
       {"'x'", [&] { return tigon_rope_fwd(nullptr, cv, sv, ov, ok, nullptr); }},
       {"'x'", [&] { return tigon_rope_fwd(x3, cv, sv, ov, ok, nullptr); }},
@@ -147,6 +149,12 @@ TEST(RopeApi, EveryBadArgumentIsNamed) {
       {"'interleaved'", [&] { return tigon_rope_fwd(xv, cv, sv, ov, {3, 0}, nullptr); }},
       {"'dy'", [&] { return tigon_rope_bwd(x3, cv, sv, ov, ok, nullptr); }},
       {"'dx'", [&] { return tigon_rope_bwd(xv, cv, sv, out_f32.view(), ok, nullptr); }},
+      // q and k together: k must match q's dtype, head dim, batch and seq_len
+      {"'k'", [&] { return tigon_rope_qk_fwd(xv, k_dim, cv, sv, ov, k_dim, ok, nullptr); }},
+      {"'k'", [&] { return tigon_rope_qk_fwd(xv, k_batch, cv, sv, ov, k_batch, ok, nullptr); }},
+      {"'k'", [&] { return tigon_rope_qk_fwd(xv, out_f32.view(), cv, sv, ov, out_f32.view(), ok, nullptr); }},
+      {"'k_out'", [&] { return tigon_rope_qk_fwd(xv, xv, cv, sv, ov, out_small.view(), ok, nullptr); }},
+      {"'dk_out'", [&] { return tigon_rope_qk_bwd(xv, x3, cv, sv, ov, ov, ok, nullptr); }},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(cases[i].call(), TIGON_ERROR_INVALID_ARGUMENT) << "case " << i;

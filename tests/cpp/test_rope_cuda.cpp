@@ -109,4 +109,76 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<10>(c) ? "_padded" : "") + (std::get<11>(c) ? "_misaligned" : "");
     });
 
+// q and k in one launch (different head counts and paddings) equal two reference calls; also in place.
+using QkCase = std::tuple<DType, int, bool, int64_t>;  // dtype, layout, interleaved, rotary dim (D = 128)
+class RopeQkCuda : public ::testing::TestWithParam<QkCase> {};
+
+TEST_P(RopeQkCuda, OneLaunchForQAndKMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const auto [dt, layout, inter, R] = GetParam();
+  const int64_t B = 2, Hq = 5, Hk = 2, T = 37, D = 128;
+  const bool bthd = layout == TIGON_ROPE_BTHD;
+  auto shape = [&](int64_t H) {
+    return bthd ? std::array<int64_t, 4>{B, T, H, D} : std::array<int64_t, 4>{B, H, T, D};
+  };
+  std::mt19937 rng(7 + R);
+  Host4 q(dt, shape(Hq), {0, 1, 0, 0}), k(dt, shape(Hk)), qo(dt, shape(Hq)), ko(dt, shape(Hk), {0, 0, 1, 8});
+  Host4 cos(DType::kFloat32, {1, 1, T, R}), sin(DType::kFloat32, {1, 1, T, R});
+  q.fill_random(rng);
+  k.fill_random(rng);
+  fill_tables(cos, sin, inter, true, rng);
+  qo.poison();
+  ko.poison();
+  for (const bool bwd : {false, true}) {
+    const tigon_rope_params p{inter ? 1 : 0, layout};
+    Host4 rq = qo, rk = ko;
+    {
+      auto cv = table_view(cos), sv = table_view(sin);
+      auto qv = q.view(), kv = k.view(), rqv = rq.view(), rkv = rk.view();
+      ASSERT_EQ(bwd ? tigon_rope_bwd(qv, cv, sv, rqv, p, nullptr) : tigon_rope_fwd(qv, cv, sv, rqv, p, nullptr),
+                TIGON_SUCCESS) << tigon_last_error();
+      ASSERT_EQ(bwd ? tigon_rope_bwd(kv, cv, sv, rkv, p, nullptr) : tigon_rope_fwd(kv, cv, sv, rkv, p, nullptr),
+                TIGON_SUCCESS) << tigon_last_error();
+    }
+    Dev gq(q), gk(k), gqo(qo), gko(ko), gcos(cos), gsin(sin);
+    auto qv = q.view(gq.ptr(), tigon::cuda(0)), kv = k.view(gk.ptr(), tigon::cuda(0));
+    auto qov = qo.view(gqo.ptr(), tigon::cuda(0)), kov = ko.view(gko.ptr(), tigon::cuda(0));
+    auto cv = table_view(cos, gcos.ptr(), tigon::cuda(0)), sv = table_view(sin, gsin.ptr(), tigon::cuda(0));
+    auto call = [&](tigon::TensorView& a, tigon::TensorView& b, tigon::TensorView& ao, tigon::TensorView& bo) {
+      return bwd ? tigon_rope_qk_bwd(a, b, cv, sv, ao, bo, p, nullptr)
+                 : tigon_rope_qk_fwd(a, b, cv, sv, ao, bo, p, nullptr);
+    };
+    ASSERT_EQ(call(qv, kv, qov, kov), TIGON_SUCCESS) << tigon_last_error();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (auto [dev, ref, name] : {std::tuple<Dev*, Host4*, const char*>{&gqo, &rq, "q"}, {&gko, &rk, "k"}}) {
+      const Host4 got = dev->fetch();
+      double worst = 0;
+      got.each([&, ref = ref](int64_t a, int64_t b, int64_t c, int64_t d) {
+        const double g = got.at(a, b, c, d), r = ref->at(a, b, c, d);
+        worst = std::isnan(g) ? INFINITY : std::max(worst, std::fabs(g - r) / (rtol_of(dt) * (1 + std::fabs(r))));
+      });
+      EXPECT_LE(worst, 1.0) << name << (bwd ? " backward" : " forward");
+    }
+    ASSERT_EQ(call(qv, kv, qv, kv), TIGON_SUCCESS) << tigon_last_error();  // in place: the same values
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (auto [in, out, name] : {std::tuple<Dev*, Dev*, const char*>{&gq, &gqo, "q"}, {&gk, &gko, "k"}}) {
+      const Host4 a = in->fetch(), b = out->fetch();
+      a.each([&](int64_t i, int64_t j, int64_t l, int64_t m) {
+        ASSERT_EQ(a.at(i, j, l, m), b.at(i, j, l, m)) << name << " in place differs";
+      });
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RopeQkCuda,
+                         ::testing::Values(QkCase{DType::kBFloat16, TIGON_ROPE_BHTD, false, 128},
+                                           QkCase{DType::kBFloat16, TIGON_ROPE_BTHD, false, 64},
+                                           QkCase{DType::kFloat16, TIGON_ROPE_BHTD, true, 128},
+                                           QkCase{DType::kFloat32, TIGON_ROPE_BTHD, true, 32}),
+                         [](const ::testing::TestParamInfo<QkCase>& info) {
+                           const QkCase& c = info.param;
+                           return std::string(short_name(std::get<0>(c))) + (std::get<1>(c) ? "_bthd" : "_bhtd") +
+                                  (std::get<2>(c) ? "_inter" : "_half") + "_R" + std::to_string(std::get<3>(c));
+                         });
+
 }  // namespace

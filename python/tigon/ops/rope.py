@@ -1,6 +1,8 @@
 """RoPE as torch ops: tigon::rope_fwd / rope_bwd (new output) and rope_fwd_ / rope_bwd_ (written over the input).
 
-One C call per tensor, so q and k may differ in heads (GQA) and strides (slices of a fused qkv). The ops are registered
+q and k go through one C call (one kernel reads each position's cos/sin once for every head of both); they may
+differ in heads (GQA) and strides (slices of a fused qkv). A lone gradient (only q's or k's needed) uses the
+single-tensor call. The ops are registered
 with torch.library (with fake implementations, so torch.compile(fullgraph=True) traces them); autograd lives outside
 them in an autograd.Function, which calls the ctypes launchers directly in eager mode and the registered ops under
 torch.compile. The backward is the transpose of the rotation (rotation by -theta); cos and sin get no gradient.
@@ -27,6 +29,8 @@ class RopeParams(ctypes.Structure):  # tigon_rope_params
 _T = _lib.TENSOR_P
 _fwd = _lib.declare("tigon_rope_fwd", [_T, _T, _T, _T, RopeParams, ctypes.c_void_p])
 _bwd = _lib.declare("tigon_rope_bwd", [_T, _T, _T, _T, RopeParams, ctypes.c_void_p])
+_qk_fwd = _lib.declare("tigon_rope_qk_fwd", [_T, _T, _T, _T, _T, _T, RopeParams, ctypes.c_void_p])
+_qk_bwd = _lib.declare("tigon_rope_qk_bwd", [_T, _T, _T, _T, _T, _T, RopeParams, ctypes.c_void_p])
 
 
 # ---- argument checks ----------------------------------------------------------------------------------------------
@@ -93,6 +97,34 @@ def _launch(fn, x, cos, sin, out, layout: int, interleaved: bool) -> None:
                   RopeParams(int(interleaved), layout), _lib.stream_of(x)))
 
 
+def _launch_qk(fn, q, k, cos, sin, q_out, k_out, layout: int, interleaved: bool) -> None:
+    _lib.check(fn(_lib.tensor_arg(q), _lib.tensor_arg(k), _lib.tensor_arg(cos), _lib.tensor_arg(sin),
+                  _lib.tensor_arg(q_out), _lib.tensor_arg(k_out), RopeParams(int(interleaved), layout),
+                  _lib.stream_of(q)))
+
+
+def _qk_fwd_impl(q, k, cos, sin, layout: int, interleaved: bool):
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    _launch_qk(_qk_fwd, q, k, cos, sin, q_out, k_out, layout, interleaved)
+    return q_out, k_out
+
+
+def _qk_fwd_inplace_impl(q, k, cos, sin, layout: int, interleaved: bool) -> None:
+    _launch_qk(_qk_fwd, q, k, cos, sin, q, k, layout, interleaved)
+
+
+def _qk_bwd_impl(dq, dk, cos, sin, layout: int, interleaved: bool):
+    dq_in = torch.empty(dq.shape, dtype=dq.dtype, device=dq.device)
+    dk_in = torch.empty(dk.shape, dtype=dk.dtype, device=dk.device)
+    _launch_qk(_qk_bwd, dq, dk, cos, sin, dq_in, dk_in, layout, interleaved)
+    return dq_in, dk_in
+
+
+def _qk_bwd_inplace_impl(dq, dk, cos, sin, layout: int, interleaved: bool) -> None:
+    _launch_qk(_qk_bwd, dq, dk, cos, sin, dq, dk, layout, interleaved)
+
+
 def _fwd_impl(x, cos, sin, layout: int, interleaved: bool):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _launch(_fwd, x, cos, sin, out, layout, interleaved)
@@ -120,11 +152,41 @@ _LIB.define("rope_fwd(Tensor x, Tensor cos, Tensor sin, int layout, bool interle
 _LIB.define("rope_fwd_(Tensor(a!) x, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
 _LIB.define("rope_bwd(Tensor dy, Tensor cos, Tensor sin, int layout, bool interleaved) -> Tensor")
 _LIB.define("rope_bwd_(Tensor(a!) dy, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
+_LIB.define("rope_qk_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, int layout, bool interleaved) -> "
+            "(Tensor, Tensor)")
+_LIB.define("rope_qk_fwd_(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
+_LIB.define("rope_qk_bwd(Tensor dq, Tensor dk, Tensor cos, Tensor sin, int layout, bool interleaved) -> "
+            "(Tensor, Tensor)")
+_LIB.define("rope_qk_bwd_(Tensor(a!) dq, Tensor(b!) dk, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
 for _key in ("CPU", "CUDA"):
+    _LIB.impl("rope_qk_fwd", _qk_fwd_impl, _key)
+    _LIB.impl("rope_qk_fwd_", _qk_fwd_inplace_impl, _key)
+    _LIB.impl("rope_qk_bwd", _qk_bwd_impl, _key)
+    _LIB.impl("rope_qk_bwd_", _qk_bwd_inplace_impl, _key)
     _LIB.impl("rope_fwd", _fwd_impl, _key)
     _LIB.impl("rope_fwd_", _fwd_inplace_impl, _key)
     _LIB.impl("rope_bwd", _bwd_impl, _key)
     _LIB.impl("rope_bwd_", _bwd_inplace_impl, _key)
+
+
+@torch.library.register_fake("tigon::rope_qk_fwd")
+def _qk_fwd_fake(q, k, cos, sin, layout, interleaved):
+    return q.new_empty(q.shape), k.new_empty(k.shape)
+
+
+@torch.library.register_fake("tigon::rope_qk_bwd")
+def _qk_bwd_fake(dq, dk, cos, sin, layout, interleaved):
+    return dq.new_empty(dq.shape), dk.new_empty(dk.shape)
+
+
+@torch.library.register_fake("tigon::rope_qk_fwd_")
+def _qk_fwd_inplace_fake(q, k, cos, sin, layout, interleaved):
+    return None
+
+
+@torch.library.register_fake("tigon::rope_qk_bwd_")
+def _qk_bwd_inplace_fake(dq, dk, cos, sin, layout, interleaved):
+    return None
 
 
 @torch.library.register_fake("tigon::rope_fwd")
@@ -161,30 +223,44 @@ def _rotate_grad(g, cos, sin, layout: int, interleaved: bool, in_place: bool):
         else:
             _bwd_inplace_impl(g, cos, sin, layout, interleaved)
         return g
-    if g.shape[-1] > 1 and g.stride(-1) != 1:  # e.g. the expanded gradient of a sum()
-        g = g.contiguous()
+    g = _contiguous_rows(g)
     if compiling():
         return torch.ops.tigon.rope_bwd(g, cos, sin, layout, interleaved)
     return _bwd_impl(g, cos, sin, layout, interleaved)
+
+
+def _contiguous_rows(g: torch.Tensor) -> torch.Tensor:
+    return g.contiguous() if g.shape[-1] > 1 and g.stride(-1) != 1 else g  # e.g. the expanded gradient of a sum()
+
+
+def _rotate_grads(dq, dk, cos, sin, layout: int, interleaved: bool, in_place: bool):
+    """Both input gradients in one C call (in place over the output gradients when allowed and possible)."""
+    if in_place and _writable_rows(dq) and _writable_rows(dk) and dq is not dk:
+        if compiling():
+            torch.ops.tigon.rope_qk_bwd_(dq, dk, cos, sin, layout, interleaved)
+        else:
+            _qk_bwd_inplace_impl(dq, dk, cos, sin, layout, interleaved)
+        return dq, dk
+    dq, dk = _contiguous_rows(dq), _contiguous_rows(dk)
+    if compiling():
+        return torch.ops.tigon.rope_qk_bwd(dq, dk, cos, sin, layout, interleaved)
+    return _qk_bwd_impl(dq, dk, cos, sin, layout, interleaved)
 
 
 class _Rope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin, layout, interleaved, in_place):
         if in_place:
-            for x in (q, k):
-                if compiling():
-                    torch.ops.tigon.rope_fwd_(x, cos, sin, layout, interleaved)
-                else:
-                    _fwd_inplace_impl(x, cos, sin, layout, interleaved)
+            if compiling():
+                torch.ops.tigon.rope_qk_fwd_(q, k, cos, sin, layout, interleaved)
+            else:
+                _qk_fwd_inplace_impl(q, k, cos, sin, layout, interleaved)
             ctx.mark_dirty(q, k)
             q_out, k_out = q, k
         elif compiling():
-            q_out = torch.ops.tigon.rope_fwd(q, cos, sin, layout, interleaved)
-            k_out = torch.ops.tigon.rope_fwd(k, cos, sin, layout, interleaved)
+            q_out, k_out = torch.ops.tigon.rope_qk_fwd(q, k, cos, sin, layout, interleaved)
         else:
-            q_out = _fwd_impl(q, cos, sin, layout, interleaved)
-            k_out = _fwd_impl(k, cos, sin, layout, interleaved)
+            q_out, k_out = _qk_fwd_impl(q, k, cos, sin, layout, interleaved)
         ctx.save_for_backward(cos, sin)
         ctx.layout, ctx.interleaved, ctx.in_place = layout, interleaved, in_place
         return q_out, k_out
@@ -193,8 +269,12 @@ class _Rope(torch.autograd.Function):
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
         args = (cos, sin, ctx.layout, ctx.interleaved, ctx.in_place)
-        dq = _rotate_grad(dq, *args) if ctx.needs_input_grad[0] else None
-        dk = _rotate_grad(dk, *args) if ctx.needs_input_grad[1] else None
+        want_q, want_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if want_q and want_k and dq is not None and dk is not None:
+            dq, dk = _rotate_grads(dq, dk, *args)
+            return dq, dk, None, None, None, None, None
+        dq = _rotate_grad(dq, *args) if want_q and dq is not None else None
+        dk = _rotate_grad(dk, *args) if want_k and dk is not None else None
         return dq, dk, None, None, None, None, None
 
 
