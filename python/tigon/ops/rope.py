@@ -103,11 +103,15 @@ def _launch_qk(fn, q, k, cos, sin, q_out, k_out, layout: int, interleaved: bool)
                   _lib.stream_of(q)))
 
 
+def _qk_new(fn, a, b, cos, sin, layout: int, interleaved: bool):
+    a_out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    b_out = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+    _launch_qk(fn, a, b, cos, sin, a_out, b_out, layout, interleaved)
+    return a_out, b_out
+
+
 def _qk_fwd_impl(q, k, cos, sin, layout: int, interleaved: bool):
-    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    _launch_qk(_qk_fwd, q, k, cos, sin, q_out, k_out, layout, interleaved)
-    return q_out, k_out
+    return _qk_new(_qk_fwd, q, k, cos, sin, layout, interleaved)
 
 
 def _qk_fwd_inplace_impl(q, k, cos, sin, layout: int, interleaved: bool) -> None:
@@ -115,10 +119,7 @@ def _qk_fwd_inplace_impl(q, k, cos, sin, layout: int, interleaved: bool) -> None
 
 
 def _qk_bwd_impl(dq, dk, cos, sin, layout: int, interleaved: bool):
-    dq_in = torch.empty(dq.shape, dtype=dq.dtype, device=dq.device)
-    dk_in = torch.empty(dk.shape, dtype=dk.dtype, device=dk.device)
-    _launch_qk(_qk_bwd, dq, dk, cos, sin, dq_in, dk_in, layout, interleaved)
-    return dq_in, dk_in
+    return _qk_new(_qk_bwd, dq, dk, cos, sin, layout, interleaved)
 
 
 def _qk_bwd_inplace_impl(dq, dk, cos, sin, layout: int, interleaved: bool) -> None:
