@@ -1,6 +1,8 @@
 // RoPE CUDA path: one launch for q (and k), the vector or scalar kernel picked from the problem's alignment.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
@@ -12,6 +14,17 @@ namespace tigon::rope {
 namespace {
 
 constexpr int kThreads = 256;
+
+// Heads each thread loads before it stores (bytes in flight against registers: 1 -> ~60, 2 -> ~112 registers for
+// bf16 rotate-half). TIGON_ROPE_HEADS=1|2|4 overrides the default for measurements; read once.
+int heads_in_flight() {
+  static const int n = [] {
+    const char* env = std::getenv("TIGON_ROPE_HEADS");
+    const int v = env ? std::atoi(env) : 0;
+    return v == 1 || v == 2 || v == 4 ? v : 2;
+  }();
+  return n;
+}
 
 // Every row of the tensor starts on a 16-byte boundary: the base does, and each outer stride that moves (size > 1,
 // stride != 0) is a multiple of 16 bytes.
@@ -55,7 +68,20 @@ void launch(kern::Args a, const Problem& p, cudaStream_t stream) {
   a.head_split = std::clamp<int64_t>((want + items - 1) / items, 1, std::max<int64_t>(heads, 1));
   const int64_t blocks = (items * a.head_split + kThreads - 1) / kThreads;
   const unsigned grid = unsigned(std::min<int64_t>(blocks, INT_MAX));
-  kern::rope<T, TC, V, PV, INTERLEAVED><<<grid, kThreads, 0, stream>>>(a);
+  const int heads_at_once = V == 1 || V == 2 ? 1 : heads_in_flight();
+  auto go = [&](auto heads) {
+    constexpr int H = decltype(heads)::value;
+    if (p.backward)
+      kern::rope<T, TC, V, PV, INTERLEAVED, true, H><<<grid, kThreads, 0, stream>>>(a);
+    else
+      kern::rope<T, TC, V, PV, INTERLEAVED, false, H><<<grid, kThreads, 0, stream>>>(a);
+  };
+  if (heads_at_once == 4)
+    go(std::integral_constant<int, 4>{});
+  else if (heads_at_once == 2)
+    go(std::integral_constant<int, 2>{});
+  else
+    go(std::integral_constant<int, 1>{});
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
@@ -95,7 +121,6 @@ void run_cuda(const Problem* parts, int n, void* stream_ptr) {
   a.seq = p.size[p.t_axis];
   a.rotary = int(p.rotary);
   a.half = int(p.rotary / 2);
-  a.backward = p.backward;
   const bool cs32 = p.cs_dtype == DType::kFloat32;
   switch (p.dtype) {
     case DType::kFloat32: dispatch<float, float>(a, parts, n, stream); break;

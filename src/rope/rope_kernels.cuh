@@ -32,7 +32,6 @@ struct Args {
   int64_t head_split;  // threads that share one (b, t, unit), each taking every head_split-th head
   int rotary, half;
   int rot_units, pass_units;
-  bool backward;
 };
 
 // (a, b) is one pair; forward: a' = a cos_a - b sin_a, b' = b cos_b + a sin_b. The backward (the transpose) is the
@@ -79,16 +78,17 @@ struct Regs<T, N, true> {  // vector path: one 16-byte load
   __device__ __forceinline__ float operator[](int j) const { return unpack<T>(w[j * sizeof(T) / 4], j); }
 };
 
-constexpr int kHeadsAtOnce = 2;
-
 // One part's heads h0, h0 + step, ... for the rotation unit at element e (partner f for rotate-half).
 // The table entries are (re)loaded once per group of heads, from L1: holding them across the whole loop as floats
 // cost 32 registers more and halved the resident threads.
-template <class T, class TC, int V, bool INTERLEAVED>
+template <class T, class TC, int V, bool INTERLEAVED, int kHeadsAtOnce>
 __device__ __forceinline__ void rotate_heads(const Part& p, int64_t b, int64_t t, int64_t h0, int64_t step, int e,
                                              int f, const TC* cs, const TC* sn, bool bwd) {
-  const T* x = static_cast<const T*>(p.x) + b * p.x_b + t * p.x_t;
-  T* out = static_cast<T*>(p.out) + b * p.o_b + t * p.o_t;
+  // Four base pointers and one offset per head: a pointer per head and half cost ~16 more registers per head.
+  const T* xe = static_cast<const T*>(p.x) + b * p.x_b + t * p.x_t + e;
+  const T* xf = xe + (f - e);
+  T* oe = static_cast<T*>(p.out) + b * p.o_b + t * p.o_t + e;
+  T* of = oe + (f - e);
 #pragma unroll 1
   for (int64_t h = h0; h < p.heads; h += kHeadsAtOnce * step) {
     Regs<TC, V> ca, cb, sa, sb;
@@ -103,8 +103,8 @@ __device__ __forceinline__ void rotate_heads(const Part& p, int64_t b, int64_t t
     for (int k = 0; k < kHeadsAtOnce; ++k) {
       const int64_t hk = h + k * step;
       if (hk < p.heads) {
-        va[k].load(x + hk * p.x_h + e);
-        if constexpr (!INTERLEAVED) vb[k].load(x + hk * p.x_h + f);
+        va[k].load(xe + hk * p.x_h);
+        if constexpr (!INTERLEAVED) vb[k].load(xf + hk * p.x_h);
       }
     }
 #pragma unroll
@@ -119,7 +119,7 @@ __device__ __forceinline__ void rotate_heads(const Part& p, int64_t b, int64_t t
           a[j + 1] = va[k][j + 1];
           rotate_pair(a[j], a[j + 1], ca[j], ca[j + 1], sa[j], sa[j + 1], bwd);
         }
-        cuda::store_vec<T, V>(out + hk * p.o_h + e, a);
+        cuda::store_vec<T, V>(oe + hk * p.o_h, a);
       } else {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -127,8 +127,8 @@ __device__ __forceinline__ void rotate_heads(const Part& p, int64_t b, int64_t t
           b[j] = vb[k][j];
           rotate_pair(a[j], b[j], ca[j], cb[j], sa[j], sb[j], bwd);
         }
-        cuda::store_vec<T, V>(out + hk * p.o_h + e, a);
-        cuda::store_vec<T, V>(out + hk * p.o_h + f, b);
+        cuda::store_vec<T, V>(oe + hk * p.o_h, a);
+        cuda::store_vec<T, V>(of + hk * p.o_h, b);
       }
     }
   }
@@ -149,7 +149,8 @@ __device__ __forceinline__ void copy_heads(const Part& p, int64_t b, int64_t t, 
 
 // V: elements per rotation unit (16 bytes of T on the vector path; 1, or 2 for interleaved, on the scalar path).
 // PV: elements per pass-through unit (V on the vector path, 1 on the scalar path, so any D - R works).
-template <class T, class TC, int V, int PV, bool INTERLEAVED>
+// BWD is a template argument: as a runtime flag its select kept 16 more floats live.
+template <class T, class TC, int V, int PV, bool INTERLEAVED, bool BWD, int HEADS>
 __global__ void __launch_bounds__(256) rope(Args a) {
   // One work item per thread, no grid-stride loop: a loop would keep every parameter of both parts in registers.
   const int units = a.rot_units + a.pass_units;
@@ -171,8 +172,8 @@ __global__ void __launch_bounds__(256) rope(Args a) {
     const TC* cs = static_cast<const TC*>(a.cos) + b * a.c_b + t * a.c_t;
     const TC* sn = static_cast<const TC*>(a.sin) + b * a.s_b + t * a.s_t;
     // Parts by constant index: a runtime index into the kernel's parameters copies them all into registers.
-    rotate_heads<T, TC, V, INTERLEAVED>(a.part[0], b, t, h0, a.head_split, e, f, cs, sn, a.backward);
-    if (a.parts > 1) rotate_heads<T, TC, V, INTERLEAVED>(a.part[1], b, t, h0, a.head_split, e, f, cs, sn, a.backward);
+    rotate_heads<T, TC, V, INTERLEAVED, HEADS>(a.part[0], b, t, h0, a.head_split, e, f, cs, sn, BWD);
+    if (a.parts > 1) rotate_heads<T, TC, V, INTERLEAVED, HEADS>(a.part[1], b, t, h0, a.head_split, e, f, cs, sn, BWD);
   }
 }
 
