@@ -55,6 +55,14 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[N]) {
   }
 }
 
+// One 16-byte vector (as loaded by a caller, e.g. with a cache hint) as 16 / sizeof(T) floats.
+template <class T>
+__device__ __forceinline__ void unpack16(const uint4& u, float (&out)[16 / sizeof(T)]) {
+  const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+  for (int j = 0; j < int(16 / sizeof(T)); ++j) out[j] = to_f<T>(e[j]);
+}
+
 // Two floats rounded into one 32-bit word of 16-bit values (the bf16x2 / half2 conversion instructions).
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -64,6 +72,16 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   } else {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// 16 / sizeof(T) floats rounded into one 16-byte vector, for a caller that stores it itself (e.g. with a cache hint).
+template <class T>
+__device__ __forceinline__ uint4 pack16(const float (&in)[16 / sizeof(T)]) {
+  if constexpr (sizeof(T) == 2) {
+    return make_uint4(pack2<T>(in[0], in[1]), pack2<T>(in[2], in[3]), pack2<T>(in[4], in[5]), pack2<T>(in[6], in[7]));
+  } else {
+    return make_uint4(__float_as_uint(in[0]), __float_as_uint(in[1]), __float_as_uint(in[2]), __float_as_uint(in[3]));
   }
 }
 

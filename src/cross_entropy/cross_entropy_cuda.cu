@@ -4,7 +4,10 @@
 //   3. finish: the outputs (a copy for NONE, a fixed-order sum for MEAN and SUM); one block, fp64
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
@@ -83,11 +86,43 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
   if (o.accuracy) o.accuracy[0] = float(v[2] / count);
 }
 
+// The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
+// force the blocks per row), "l2" or "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
+bool parse_choice(const char* name, KernelChoice* k) {
+  if (std::strcmp(name, "l2") == 0) *k = {RowKernel::kL2, 0};
+  else if (std::strcmp(name, "classic") == 0) *k = {RowKernel::kClassic, 0};
+  else if (std::strcmp(name, "cluster") == 0) *k = {RowKernel::kCluster, 0};
+  else if (std::strncmp(name, "cluster", 7) == 0 && name[7] && std::strchr("1248", name[7]) && !name[8])
+    *k = {RowKernel::kCluster, name[7] - '0'};
+  else return false;
+  return true;
+}
+
+KernelChoice env_choice() {
+  KernelChoice k;
+  const char* e = std::getenv("TIGON_CE_KERNEL");
+  if (e && *e && !parse_choice(e, &k))
+    fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
+         "cluster4, cluster8, l2, classic");
+  return k;
+}
+
+// A test's override (tigon_testing_cross_entropy_kernel), encoded as kind * 16 + cluster; -1: none.
+std::atomic<int> g_override{-1};
+thread_local const char* g_last_kernel = "";
+
 bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
 }  // namespace
+
+KernelChoice row_kernel_choice() {
+  const int o = g_override.load(std::memory_order_relaxed);
+  if (o >= 0) return KernelChoice{RowKernel(o / 16), o % 16};
+  static const KernelChoice env = env_choice();  // read once, at the first launch
+  return env;
+}
 
 void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -117,7 +152,8 @@ void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   TIGON_CUDA_CHECK_LAUNCH();
   if (rows > 0) {
     const bool vec = rows_aligned(p.logits) && (!p.grad.data || rows_aligned(p.grad));
-    TIGON_SWITCH_FLOAT(p.logits.dtype, T, launch_rows<T>(a, vec, s));
+    const KernelChoice k = row_kernel_choice();
+    TIGON_SWITCH_FLOAT(p.logits.dtype, T, g_last_kernel = launch_rows_as<T>(a, vec, k, s));
   }
   finish_kernel<<<1, kSerialThreads, 0, s>>>(a, Outputs{p.loss, p.z_loss, p.accuracy, p.reduction});
   TIGON_CUDA_CHECK_LAUNCH();
@@ -136,3 +172,18 @@ void bwd_cuda(const BwdProblem& p, void* stream) {
 }
 
 }  // namespace tigon::cross_entropy
+
+extern "C" {
+
+tigon_status_t tigon_testing_cross_entropy_kernel(const char* name) {
+  return tigon::api_guard("tigon_testing_cross_entropy_kernel", [&] {
+    using namespace tigon::cross_entropy;
+    KernelChoice k;
+    if (name && !parse_choice(name, &k)) tigon::fail_arg("name", "is not a cross entropy kernel: ", name);
+    g_override.store(name ? int(k.kind) * 16 + k.cluster : -1);
+  });
+}
+
+const char* tigon_testing_cross_entropy_last_kernel(void) { return tigon::cross_entropy::g_last_kernel; }
+
+}  // extern "C"

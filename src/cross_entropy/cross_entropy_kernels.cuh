@@ -1,6 +1,9 @@
-// Cross entropy kernels. One block per row (grid-stride over rows): pass 1 reads the row once for the online max and
-// sum of exponentials (plus the argmax and, with label smoothing, the weighted sum of the logits); pass 2 reads it
-// again (from L2) and writes the gradient, possibly over the logits. All math in fp32, 64-bit offsets, no atomics.
+// Cross entropy: the per-row math every row kernel shares (online statistics, the row's outputs, the gradient of a
+// vector of logits) and the classic row kernel. The classic kernel is one block per row (grid-stride over rows):
+// pass 1 reads the row for the online max and sum of exponentials (plus the argmax and, with label smoothing, the
+// weighted sum of the logits); pass 2 reads it again (from L2 when it is still there) and writes the gradient,
+// possibly over the logits. It takes any row; cross_entropy_resident.cuh has the kernels that read a row from DRAM
+// once. All math in fp32, 64-bit offsets, no atomics.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -65,26 +68,48 @@ __device__ __forceinline__ float capped(float x, float cap) {
   return x;
 }
 
+// exp(x - m) is computed as 2^(x * log2e - m * log2e): one FMA and one SFU instruction (ex2.approx, 2 ulp) per
+// element, which matters at ~4 elements per SM cycle.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Adds V consecutive logits starting at column c0 (in increasing column order per thread: the argmax keeps the first).
 template <bool kCap, int V>
 __device__ __forceinline__ void accumulate(RowStats& st, const float (&x)[V], int64_t c0, const RowArgs& a,
                                            bool smooth) {
+  // The argmax of the raw logits: the vector's maximum first, its first index only when it beats the best so far.
+  float rm = x[0];
 #pragma unroll
-  for (int j = 0; j < V; ++j)
-    if (x[j] > st.best || st.arg < 0) st.best = x[j], st.arg = c0 + j;
-  float xc[V];
-  float vm = -INFINITY;
+  for (int j = 1; j < V; ++j) rm = fmaxf(rm, x[j]);
+  if (rm > st.best || st.arg < 0) {
+    int first = 0;
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    xc[j] = capped<kCap>(x[j], a.softcap);
-    vm = fmaxf(vm, xc[j]);
+    for (int j = V - 1; j >= 0; --j)
+      if (x[j] == rm) first = j;
+    st.best = rm;
+    st.arg = c0 + first;
   }
-  if (vm > st.m) {
-    st.s *= __expf(st.m - vm);
-    st.m = vm;
+  float xc[V];
+  float cm = rm;  // without a cap the maximum of x' is the raw maximum
+#pragma unroll
+  for (int j = 0; j < V; ++j) xc[j] = capped<kCap>(x[j], a.softcap);
+  if constexpr (kCap) {
+    cm = xc[0];
+#pragma unroll
+    for (int j = 1; j < V; ++j) cm = fmaxf(cm, xc[j]);
+  }
+  if (cm > st.m) {
+    st.s *= exp2_fast((st.m - cm) * kLog2e);
+    st.m = cm;
   }
   if (st.m != -INFINITY) {  // NaN logits fall through to the sum and make it NaN, as they should
+    const float mk = st.m * kLog2e;
 #pragma unroll
-    for (int j = 0; j < V; ++j) st.s += __expf(xc[j] - st.m);
+    for (int j = 0; j < V; ++j) st.s += exp2_fast(fmaf(xc[j], kLog2e, -mk));
   }
   if (smooth) {
 #pragma unroll
@@ -94,27 +119,70 @@ __device__ __forceinline__ void accumulate(RowStats& st, const float (&x)[V], in
 
 // The gradient of V consecutive elements starting at column c0 (see cross_entropy_ref.cpp for the same in fp64).
 struct GradCoef {
-  float lse, a, b, d;  // g_c = a * p_c - b * w_c - (c == t ? d : 0)
+  float lse2, a, b, d;  // g_c = (a * p_c - b * w_c - (c == t ? d : 0)) * dx'_c/dx_c, p_c = 2^(x'_c log2e - lse2)
   int64_t t;
 };
 
 template <bool kCap, int V>
 __device__ __forceinline__ void gradient(const float (&x)[V], float (&g)[V], int64_t c0, const GradCoef& k,
                                          const RowArgs& a) {
+  float dcap[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    float xc = x[j], dcap = 1.f;
+    float xc = x[j];
+    dcap[j] = 1.f;
     if constexpr (kCap) {
       const float th = tanhf(x[j] / a.softcap);
       xc = a.softcap * th;
-      dcap = 1.f - th * th;
+      dcap[j] = 1.f - th * th;
     }
-    const int64_t c = c0 + j;
-    float v = k.a * __expf(xc - k.lse);
-    if (k.b != 0.f) v -= k.b * (a.weight ? __ldg(a.weight + c) : 1.f);
-    if (c == k.t) v -= k.d;
-    g[j] = v * dcap;
+    float v = k.a * exp2_fast(fmaf(xc, kLog2e, -k.lse2));
+    if (k.b != 0.f) v -= k.b * (a.weight ? __ldg(a.weight + c0 + j) : 1.f);
+    g[j] = v;
   }
+  // The target's column, at most one per row: one test per vector instead of a 64-bit compare per element.
+  const uint64_t jt = uint64_t(k.t - c0);
+  if (jt < uint64_t(V)) {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (uint64_t(j) == jt) g[j] -= k.d;
+  }
+  if constexpr (kCap) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[j] *= dcap[j];
+  }
+}
+
+// The row's loss terms from its merged statistics (written when `writer`) and its gradient's coefficients. xt: the
+// soft-capped target logit (NaN for a target out of range, which makes the row's loss and gradient NaN).
+__device__ __forceinline__ GradCoef finish_row(const RowArgs& a, int64_t row, int64_t t, float xt, const RowStats& st,
+                                               bool writer) {
+  const bool in_range = t >= 0 && t < a.cols;
+  const float lse = st.m + __logf(st.s);
+  const float eps = a.smoothing, eps_v = eps / float(a.cols);
+  const float wt = in_range ? (a.weight ? a.weight[t] : 1.f) : NAN;
+  const float weight_all = a.weight ? a.totals[kWeightAll] : float(a.cols);
+  if (writer) {
+    float ce = (1.f - eps) * wt * (lse - xt);
+    if (eps > 0.f) ce += eps_v * (lse * weight_all - st.wx);
+    a.row_ce[row] = ce;
+    a.row_z[row] = a.z_scale * lse * lse;
+    a.row_correct[row] = st.arg == t ? 1.f : 0.f;
+  }
+  const float ce_scale = a.mean ? 1.f / a.totals[kWeightSum] : 1.f;
+  const float z_scale = a.mean ? 1.f / a.totals[kCount] : 1.f;
+  GradCoef k;
+  k.lse2 = lse * kLog2e;
+  k.t = t;
+  k.a = ce_scale * ((1.f - eps) * wt + eps_v * weight_all) + z_scale * 2.f * a.z_scale * lse;
+  k.b = ce_scale * eps_v;
+  k.d = ce_scale * (1.f - eps) * wt;
+  return k;
+}
+
+// An ignored row: no loss, a zero gradient.
+__device__ __forceinline__ void write_ignored(const RowArgs& a, int64_t row) {
+  a.row_ce[row] = a.row_z[row] = a.row_correct[row] = 0.f;
 }
 
 __device__ __forceinline__ int64_t load_target(const RowArgs& a, int64_t row) {
@@ -131,7 +199,7 @@ __global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
     T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
     const int64_t t = load_target(a, row);
     if (t == a.ignore_index) {  // uniform over the block: no loss, a zero gradient row
-      if (threadIdx.x == 0) a.row_ce[row] = a.row_z[row] = a.row_correct[row] = 0.f;
+      if (threadIdx.x == 0) write_ignored(a, row);
       if (grad) {
         float zero[V] = {};
         for (int64_t k = threadIdx.x; k < nvec; k += blockDim.x) store_vec<T, V>(grad + k * V, zero);
@@ -154,28 +222,9 @@ __global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
       accumulate<kCap, 1>(st, v, c, a, smooth);
     }
     st = block_merge(st, smem);
-
-    const float lse = st.m + __logf(st.s);
-    const float eps = a.smoothing, eps_v = eps / float(a.cols);
-    const float wt = in_range ? (a.weight ? a.weight[t] : 1.f) : NAN;
-    const float weight_all = a.weight ? a.totals[kWeightAll] : float(a.cols);
-    if (threadIdx.x == 0) {
-      float ce = (1.f - eps) * wt * (lse - xt);
-      if (smooth) ce += eps_v * (lse * weight_all - st.wx);
-      a.row_ce[row] = ce;
-      a.row_z[row] = a.z_scale * lse * lse;
-      a.row_correct[row] = st.arg == t ? 1.f : 0.f;
-    }
+    const GradCoef k = finish_row(a, row, t, xt, st, threadIdx.x == 0);
     if (!grad) continue;
 
-    const float ce_scale = a.mean ? 1.f / a.totals[kWeightSum] : 1.f;
-    const float z_scale = a.mean ? 1.f / a.totals[kCount] : 1.f;
-    GradCoef k;
-    k.lse = lse;
-    k.t = t;
-    k.a = ce_scale * ((1.f - eps) * wt + eps_v * weight_all) + z_scale * 2.f * a.z_scale * lse;
-    k.b = ce_scale * eps_v;
-    k.d = ce_scale * (1.f - eps) * wt;
     for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
       float v[V], g[V];
       load_vec<T, V>(x + i * V, v);

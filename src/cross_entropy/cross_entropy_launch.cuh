@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <mutex>
+#include <vector>
 
 #include "common/cuda_check.h"
+#include "common/occupancy.h"
 #include "cross_entropy/cross_entropy_kernels.cuh"
+#include "cross_entropy/cross_entropy_resident.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
 
 namespace tigon::cross_entropy {
@@ -18,8 +22,101 @@ inline int row_threads(int64_t cols, int per_vec) {
   return int(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kern::kMaxThreads));
 }
 
+// What the launchers need to know about the current device, asked once per device.
+struct DeviceLimits {
+  int sms = 0, smem_block = 0, smem_sm = 0;  // multiprocessors; opt-in shared memory per block and per SM (bytes)
+};
+inline DeviceLimits device_limits() {
+  static std::mutex mu;
+  static std::vector<DeviceLimits> cache;
+  int dev = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev >= int(cache.size())) cache.resize(dev + 1);
+  DeviceLimits& d = cache[dev];
+  if (d.sms == 0) {
+    TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  return d;
+}
+
+// The cluster kernel's split of a row of nvec 16-byte vectors. By default the fewest blocks whose slices leave room
+// for two blocks per SM (one loads while another writes; bf16 x 128256: 4 blocks of 62.6 KB, three per SM), else the
+// fewest that fit at all; `forced` (1, 2, 4, 8) asks for a size, if it fits. csize 0: the row does not fit in 8 blocks.
+struct ClusterPlan {
+  int csize = 0, threads = 0;
+  size_t smem = 0;  // dynamic shared memory: the slice
+  kern::SliceShape sh;
+};
+constexpr int kStaticSmemReserve = 1024;  // the kernel's static shared memory (~650 B) and then some
+constexpr int64_t kPieceBytes = 8192;      // bulk copies of about this size, so statistics start early
+
+inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d) {
+  const int64_t fit = d.smem_block - kStaticSmemReserve;
+  const int64_t two_per_sm = d.smem_sm / 2 - 2 * kStaticSmemReserve;  // 1 KB per block is the system's
+  ClusterPlan p;
+  for (int pass = forced ? 0 : 1; pass < 3 && p.csize == 0; ++pass)  // a forced size that does not fit: as if unforced
+    for (int c = 1; c <= kern::kMaxCluster && p.csize == 0; c *= 2) {
+      const int64_t bytes = (nvec + c - 1) / c * 16;
+      if (pass == 0 ? c == forced && bytes <= fit : bytes <= (pass == 1 ? two_per_sm : fit)) p.csize = c;
+    }
+  if (p.csize == 0) return p;
+  p.sh.slice_vecs = std::max<int64_t>(1, (nvec + p.csize - 1) / p.csize);
+  const int64_t pieces = std::clamp<int64_t>(p.sh.slice_vecs * 16 / kPieceBytes, 1, kern::kMaxPieces);
+  p.sh.piece_vecs = (p.sh.slice_vecs + pieces - 1) / pieces;
+  p.smem = size_t(p.sh.slice_vecs) * 16;
+  // ~8 or more vectors per thread: enough work per thread to pay for the block, whole warps.
+  p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs + 255) / 256 * 32, 32, kern::kClusterThreads));
+  return p;
+}
+
+// Lets a kernel use all the opt-in shared memory; once per kernel and device (a host call costs microseconds).
+template <class Kernel>
+void allow_max_smem(Kernel kernel, const DeviceLimits& d) {
+  static std::mutex mu;
+  static std::vector<bool> done;
+  int dev = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < int(done.size()) && done[dev]) return;
+  cudaFuncAttributes attr{};
+  TIGON_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        d.smem_block - int(attr.sharedSizeBytes)));
+  if (dev >= int(done.size())) done.resize(dev + 1, false);
+  done[dev] = true;
+}
+
+template <class T, bool kCap>
+void launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
+  const auto kernel = kern::cluster_rows_kernel<T, kCap>;
+  allow_max_smem(kernel, d);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(p.csize);
+  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // one cluster per row
+  cfg.blockDim = dim3(unsigned(p.threads));
+  cfg.dynamicSmemBytes = p.smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  TIGON_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, p.sh));
+}
+
+template <class T, bool kCap>
+void launch_l2(const RowArgs& a, const DeviceLimits& d, cudaStream_t stream) {
+  const auto kernel = kern::l2_rows_kernel<T, kCap>;
+  const int64_t resident = int64_t(d.sms) * cuda::resident_blocks(kernel, kern::kL2Threads);
+  kernel<<<unsigned(std::min<int64_t>(a.rows, resident)), kern::kL2Threads, 0, stream>>>(a);
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
 template <class T>
-void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream) {
+void launch_classic(const RowArgs& a, bool vec, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(T);
   const unsigned grid = unsigned(std::min<int64_t>(a.rows, INT_MAX));
   const int threads = row_threads(a.cols, vec ? V : 1);
@@ -36,6 +133,33 @@ void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream) {
 }
 
 template <class T>
+const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  const bool cap = a.softcap > 0.f;
+  if (vec && k.kind == RowKernel::kCluster) {
+    const DeviceLimits d = device_limits();
+    const ClusterPlan p = cluster_plan(a.cols / V, k.cluster, d);
+    if (p.csize > 0 && a.rows <= INT_MAX / p.csize) {
+      cap ? launch_cluster<T, true>(a, p, d, stream) : launch_cluster<T, false>(a, p, d, stream);
+      static const char* const names[] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
+      return names[p.csize];
+    }
+  }
+  if (vec && k.kind == RowKernel::kL2) {
+    const DeviceLimits d = device_limits();
+    cap ? launch_l2<T, true>(a, d, stream) : launch_l2<T, false>(a, d, stream);
+    return "l2";
+  }
+  launch_classic<T>(a, vec, stream);
+  return "classic";
+}
+
+template <class T>
+void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream) {
+  launch_rows_as<T>(a, vec, row_kernel_choice(), stream);
+}
+
+template <class T>
 void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(T);
   const unsigned grid = unsigned(std::min<int64_t>(a.rows, INT_MAX));
@@ -46,8 +170,9 @@ void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream) {
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
-#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                 \
-  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);        \
+#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                                     \
+  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);                            \
+  template const char* launch_rows_as<T>(const RowArgs&, bool, KernelChoice, cudaStream_t);    \
   template void launch_scale<T>(const ScaleArgs&, bool, cudaStream_t);
 
 }  // namespace tigon::cross_entropy

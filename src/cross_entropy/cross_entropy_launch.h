@@ -34,9 +34,22 @@ struct ScaleArgs {
   int64_t go_stride = 0;  // 0: one scale for every row
 };
 
-// vec: 16-byte loads and stores (rows 16-byte aligned); otherwise element by element.
+// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster and l2 need vec; a
+// variant that cannot take the rows runs the classic kernel instead.
+enum class RowKernel { kCluster, kL2, kClassic };
+struct KernelChoice {
+  RowKernel kind = RowKernel::kCluster;
+  int cluster = 0;  // kCluster: blocks per row (1, 2, 4, 8), 0 for the launcher's choice by row size
+};
+// The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
+KernelChoice row_kernel_choice();
+
+// vec: 16-byte loads and stores (rows 16-byte aligned); otherwise element by element. Runs row_kernel_choice().
 template <class T>
 void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream);
+// The same with an explicit variant; returns the name of the kernel that ran ("cluster4", "l2", "classic").
+template <class T>
+const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream);
 template <class T>
 void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream);
 

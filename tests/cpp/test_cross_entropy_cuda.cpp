@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <tuple>
@@ -9,6 +11,7 @@
 
 #include "cuda_test_util.h"
 #include "test_util.h"
+#include "cross_entropy/cross_entropy.h"  // the test-only kernel selection
 #include "tigon/cross_entropy.h"
 
 using namespace tigon_test;
@@ -30,17 +33,51 @@ struct Dev {
 // dtype, rows, vocab, row pad, reduction, label smoothing, z-loss, softcap, class weights, in place
 using Case = std::tuple<DType, int64_t, int64_t, int64_t, int, float, float, float, bool, bool>;
 
-class CrossEntropyCuda : public ::testing::TestWithParam<Case> {};
+// Selects a row kernel variant for one test (nullptr: TIGON_CE_KERNEL or the default) and restores the default after.
+struct KernelScope {
+  explicit KernelScope(const char* name) {
+    EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << tigon_last_error();
+  }
+  ~KernelScope() { tigon_testing_cross_entropy_kernel(nullptr); }
+};
 
-TEST_P(CrossEntropyCuda, MatchesReference) {
-  SKIP_WITHOUT_GPU();
-  const auto [dt, N, V, pad, reduction, eps, zs, cap, weighted, in_place] = GetParam();
+// The kernel a variant should have run: cluster and l2 need 16-byte aligned rows; a forced cluster size is kept
+// when the slice fits in an H200 block's 227 KB of shared memory (less the kernel's own).
+std::string expected_kernel(const std::string& variant, DType dt, int64_t N, int64_t V, int64_t stride) {
+  const int64_t elem = tigon::dtype_bytes(dt);
+  const bool vec = N <= 1 || (stride * elem) % 16 == 0;
+  if (variant == "classic" || !vec) return "classic";
+  if (variant == "l2") return "l2";
+  const int64_t nvec = V * elem / 16;
+  if (variant.size() == 8) {  // clusterN
+    const int64_t n = variant[7] - '0';
+    if ((nvec + n - 1) / n * 16 <= 226 * 1024) return variant;
+  }
+  return "cluster";  // a size of the launcher's choosing: only the prefix is checked
+}
+
+// Runs one case with the given variant against the CPU reference. Rows r % 5 == 2 are ignored; rows r % 5 == 3 and
+// r % 5 == 4 get their maximum twice (so the accuracy checks the first index wins, across blocks of a cluster too)
+// and target the first or the second copy.
+void run_case(const Case& c, const char* variant) {
+  const auto [dt, N, V, pad, reduction, eps, zs, cap, weighted, in_place] = c;
+  KernelScope scope(variant);
   std::mt19937 rng(17 + N + V);
   HostMat x(dt, N, V, V + pad), grad(dt, N, V, V + pad);
   x.fill_random(rng, 3.0);
   grad.poison();
   std::vector<int64_t> t(N);
-  for (int64_t r = 0; r < N; ++r) t[r] = (r % 5 == 2) ? -100 : int64_t(rng() % V);  // some rows ignored
+  for (int64_t r = 0; r < N; ++r) {
+    t[r] = (r % 5 == 2) ? -100 : int64_t(rng() % V);
+    if (V > 1 && (r % 5 == 3 || r % 5 == 4)) {
+      int64_t c1 = 0;
+      for (int64_t k = 1; k < V; ++k)
+        if (x.at(r, k) > x.at(r, c1)) c1 = k;
+      const int64_t c2 = (c1 + V / 2) % V, first = std::min(c1, c2), second = std::max(c1, c2);
+      x.set(r, c2, x.at(r, c1));
+      t[r] = r % 5 == 3 ? first : second;
+    }
+  }
   std::vector<float> w(V);
   for (auto& v : w) v = 0.25f + float(rng() % 100) / 50.f;
   const int64_t n_out = reduction == TIGON_REDUCTION_NONE ? N : 1;
@@ -74,12 +111,16 @@ TEST_P(CrossEntropyCuda, MatchesReference) {
   ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, gv, p, ws.get(), ws.size(),
                                     nullptr), TIGON_SUCCESS) << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (variant) {
+    const std::string ran = tigon_testing_cross_entropy_last_kernel(), want = expected_kernel(variant, dt, N, V, V + pad);
+    EXPECT_EQ(ran.substr(0, want.size()), want) << "variant " << variant << " ran " << ran;
+  }
   (in_place ? gx : gg).fetch(grad.data());
   gl.fetch(loss.data());
   gz.fetch(z.data());
   ga.fetch(acc.data());
 
-  const double tol = rtol_of(dt) < 1e-4 ? 1e-4 : 1e-3;  // fp32 sums over a row in another order, __expf
+  const double tol = rtol_of(dt) < 1e-4 ? 1e-4 : 1e-3;  // fp32 sums over a row in another order, ex2.approx
   for (int64_t i = 0; i < n_out; ++i) {
     EXPECT_NEAR(loss[i], rloss[i], tol * (1 + std::fabs(rloss[i]))) << "loss " << i;
     EXPECT_NEAR(z[i], rz[i], tol * (1 + std::fabs(rz[i]))) << "z " << i;
@@ -103,6 +144,29 @@ TEST_P(CrossEntropyCuda, MatchesReference) {
   EXPECT_EQ(worst_ratio(scaled, expect, 0, 0), 0.0);
 }
 
+std::string case_name(const Case& c) {
+  return std::string(short_name(std::get<0>(c))) + "_" + std::to_string(std::get<1>(c)) + "x" +
+         std::to_string(std::get<2>(c)) + "_pad" + std::to_string(std::get<3>(c)) + "_red" +
+         std::to_string(std::get<4>(c)) + (std::get<5>(c) > 0 ? "_smooth" : "") + (std::get<6>(c) > 0 ? "_z" : "") +
+         (std::get<7>(c) > 0 ? "_cap" : "") + (std::get<8>(c) ? "_w" : "") + (std::get<9>(c) ? "_inplace" : "");
+}
+
+// The default variant (TIGON_CE_KERNEL, or the library's default when unset).
+class CrossEntropyCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CrossEntropyCuda, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  run_case(GetParam(), nullptr);
+}
+
+// Every variant explicitly, on shapes that take the cluster path (1, 2, 4 and 8 blocks), the fallbacks and the tails.
+class CrossEntropyCudaKernels : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
+
+TEST_P(CrossEntropyCudaKernels, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  run_case(std::get<1>(GetParam()), std::get<0>(GetParam()).c_str());
+}
+
 constexpr int kNone = TIGON_REDUCTION_NONE, kMean = TIGON_REDUCTION_MEAN, kSum = TIGON_REDUCTION_SUM;
 
 INSTANTIATE_TEST_SUITE_P(
@@ -111,20 +175,72 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kBFloat16, 64, 4096, 0, kMean, 0.f, 0.f, 0.f, false, true},
         Case{DType::kBFloat16, 16, 32000, 0, kMean, 0.1f, 1e-4f, 0.f, true, false},
         Case{DType::kFloat16, 9, 32001, 0, kSum, 0.f, 0.f, 30.f, false, true},     // odd vocab: scalar path
-        Case{DType::kFloat32, 7, 1001, 3, kNone, 0.2f, 1e-3f, 0.f, true, false},   // unaligned rows
+        Case{DType::kFloat32, 7, 1001, 3, kNone, 0.2f, 1e-3f, 0.f, true, false},   // aligned rows, a 1-element tail
         Case{DType::kBFloat16, 5, 262144, 8, kMean, 0.05f, 0.f, 50.f, true, true},  // largest vocab, padded rows
-        Case{DType::kFloat32, 3, 1001, 0, kMean, 0.f, 0.f, 0.f, false, false},
+        Case{DType::kFloat32, 3, 1001, 0, kMean, 0.f, 0.f, 0.f, false, false},     // unaligned rows
         Case{DType::kBFloat16, 1, 1, 0, kNone, 0.f, 0.f, 0.f, false, false},
         Case{DType::kFloat16, 300, 136, 0, kNone, 0.1f, 1e-4f, 5.f, true, true},   // many short rows
         Case{DType::kFloat32, 12, 128256, 0, kSum, 0.f, 1e-4f, 0.f, false, true}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return std::string(short_name(std::get<0>(c))) + "_" + std::to_string(std::get<1>(c)) + "x" +
-             std::to_string(std::get<2>(c)) + "_pad" + std::to_string(std::get<3>(c)) + "_red" +
-             std::to_string(std::get<4>(c)) + (std::get<5>(c) > 0 ? "_smooth" : "") +
-             (std::get<6>(c) > 0 ? "_z" : "") + (std::get<7>(c) > 0 ? "_cap" : "") +
-             (std::get<8>(c) ? "_w" : "") + (std::get<9>(c) ? "_inplace" : "");
+    [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, CrossEntropyCudaKernels,
+    ::testing::Combine(
+        ::testing::Values("cluster", "cluster1", "cluster2", "cluster4", "cluster8", "l2", "classic"),
+        ::testing::Values(
+            Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
+            Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
+            Case{DType::kBFloat16, 257, 32001, 7, kSum, 0.1f, 1e-4f, 0.f, true, false},    // strided, 1-column tail
+            Case{DType::kFloat16, 3, 32001, 0, kNone, 0.f, 0.f, 30.f, false, true},        // unaligned: classic
+            Case{DType::kBFloat16, 133, 151936, 0, kMean, 0.1f, 1e-4f, 0.f, true, false},  // Qwen vocabulary
+            Case{DType::kFloat16, 3, 128256, 0, kNone, 0.f, 0.f, 30.f, false, false},      // softcap
+            Case{DType::kBFloat16, 3, 262144, 8, kMean, 0.05f, 1e-4f, 50.f, true, true},   // 512 KB rows: 8 blocks
+            Case{DType::kFloat32, 1, 151936, 0, kNone, 0.f, 1e-4f, 0.f, true, true},       // 594 KB, one row
+            Case{DType::kFloat32, 3, 262144, 4, kSum, 0.1f, 0.f, 0.f, false, true},        // 1 MB rows
+            Case{DType::kFloat32, 7, 1001, 3, kNone, 0.2f, 1e-3f, 0.f, true, false},       // small, tail
+            Case{DType::kFloat16, 257, 1001, 7, kMean, 0.f, 1e-4f, 5.f, false, true},      // small, tail of 1
+            Case{DType::kBFloat16, 1, 1, 0, kNone, 0.f, 0.f, 0.f, false, false},           // no whole vector
+            Case{DType::kFloat16, 300, 136, 0, kNone, 0.1f, 1e-4f, 5.f, true, true})),     // many short rows
+    [](const ::testing::TestParamInfo<std::tuple<std::string, Case>>& info) {
+      return std::get<0>(info.param) + "_" + case_name(std::get<1>(info.param));
     });
+
+// A target outside [0, V) that is not ignore_index: that row's loss and gradient are NaN, the others unharmed.
+class CrossEntropyCudaBadTarget : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
+  SKIP_WITHOUT_GPU();
+  KernelScope scope(GetParam().c_str());
+  const int64_t N = 3, V = 128256;
+  std::mt19937 rng(5);
+  HostMat x(DType::kBFloat16, N, V);
+  x.fill_random(rng, 2.0);
+  std::vector<int32_t> t = {7, int32_t(V), 9};  // int32 targets; row 1 out of range
+  std::vector<float> loss(N, 0.f);
+  Dev gx(x.data(), x.span_bytes()), gt(t.data(), N * 4), gl(loss.data(), N * 4);
+  auto xv = x.view(tigon::cuda(0), gx.ptr);
+  size_t ws_bytes = 0;
+  ASSERT_EQ(tigon_cross_entropy_fwd_workspace_size(xv, &ws_bytes), TIGON_SUCCESS);
+  tigon::Buffer ws(ws_bytes, tigon::cuda(0));
+  tigon::TensorView tv(gt.ptr, {N}, tigon::dtype::int32, tigon::cuda(0)),
+      lv(gl.ptr, {N}, tigon::dtype::float32, tigon::cuda(0));
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, xv,
+                                    tigon_cross_entropy_params{-100, 0.f, 0.f, 0.f, TIGON_REDUCTION_NONE}, ws.get(),
+                                    ws.size(), nullptr), TIGON_SUCCESS) << tigon_last_error();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  gl.fetch(loss.data());
+  HostMat g = x;
+  gx.fetch(g.data());
+  EXPECT_TRUE(std::isfinite(loss[0]) && std::isfinite(loss[2])) << loss[0] << " " << loss[2];
+  EXPECT_TRUE(std::isnan(loss[1])) << loss[1];
+  for (int64_t c = 0; c < V; c += 997) {
+    EXPECT_TRUE(std::isnan(g.at(1, c))) << "column " << c;
+    EXPECT_TRUE(std::isfinite(g.at(0, c)) && std::isfinite(g.at(2, c))) << "column " << c;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
+                         ::testing::Values("cluster", "cluster2", "l2", "classic"));
 
 TEST(CrossEntropyCudaApi, WorkspaceTooSmallIsAnError) {
   SKIP_WITHOUT_GPU();

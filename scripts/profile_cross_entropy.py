@@ -1,0 +1,50 @@
+"""Times each cross entropy row kernel variant in one process (the test-only selector overrides TIGON_CE_KERNEL):
+the forward with the gradient written over the logits (the backward is a scale skipped for grad_output 1), bf16,
+against the bytes of one read and one write of the logits. Also for Nsight Compute:
+`ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster l2 classic`.
+
+    python3 scripts/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [variant ...]
+Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, l2, classic.
+"""
+import argparse
+import ctypes
+
+import torch
+
+import tigon  # noqa: F401  (registers the ops)
+from tigon import _lib
+from tigon.bench.timing import time_ms
+
+_select = _lib.declare("tigon_testing_cross_entropy_kernel", [ctypes.c_char_p])
+_last = _lib.lib.tigon_testing_cross_entropy_last_kernel
+_last.restype = ctypes.c_char_p
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--shape", default="8192x128256")
+ap.add_argument("--reps", type=int, default=50)
+ap.add_argument("--dtype", default="bfloat16")
+ap.add_argument("variants", nargs="*", default=["cluster", "cluster2", "cluster4", "cluster8", "l2", "classic"])
+args = ap.parse_args()
+
+M, V = map(int, args.shape.split("x"))
+dev = torch.device("cuda")
+gen = torch.Generator(device=dev).manual_seed(0)
+x0 = (torch.randn(M, V, generator=gen, device=dev) * 2).to(getattr(torch, args.dtype))
+t = torch.randint(0, V, (M,), generator=gen, device=dev)
+t[::17] = -100
+nbytes = 2 * M * V * x0.element_size()
+fwd_ = torch.ops.tigon.cross_entropy_fwd_  # (logits, target, weight, ignore_index, smoothing, z, softcap, reduction)
+
+ref = None
+for name in args.variants:
+    _lib.check(_select(name.encode()))
+    x = x0.clone()
+    loss = fwd_(x, t, None, -100, 0.0, 0.0, 0.0, 1)[0].item()
+    ran = _last().decode()
+    g = x.clone()
+    ref = (loss, g) if ref is None else ref
+    err = (g.float() - ref[1].float()).abs().max().item()
+    ms = time_ms(lambda xc: fwd_(xc, t, None, -100, 0.0, 0.0, 0.0, 1), dev, args.reps, 3, setup=lambda: x0.clone())
+    print(f"{name:9s} ran {ran:9s} {ms * 1e3:8.1f} us  {nbytes / ms / 1e9:5.2f} TB/s  "
+          f"loss {loss:.6f} (d {loss - ref[0]:+.1e})  max|dgrad| vs first {err:.1e}", flush=True)
+_select(None)

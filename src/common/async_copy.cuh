@@ -1,0 +1,80 @@
+// Hopper (sm_90) memory helpers in inline PTX: the bulk copy engine (global -> shared, completion counted on an
+// mbarrier) and 16-byte global loads and stores with an L2 eviction-priority hint. Kernels that read a row once into
+// shared memory, or re-read it from L2, use these; everything else keeps the plain loads of cuda_types.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tigon::cuda {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// An mbarrier that completes once `count` threads arrived and the bytes announced by expect_tx have landed.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes mbarrier.init visible to the bulk copy engine (the async proxy); follow it with a block barrier.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// Spins until the barrier's phase `parity` completed; the copied bytes are then visible to the calling thread.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// L2 policies: evict_first for bytes read for the last time, evict_last for bytes that will be read again soon.
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_evict_last() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+// bytes (a multiple of 16, both addresses 16-byte aligned) from global to this block's shared memory by the bulk copy
+// engine; completion is counted on bar, which must expect them (mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                              uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+// One 16-byte global load with an L2 policy. The "memory" clobber keeps it on its side of block barriers: the
+// gradient may be written over these very bytes.
+__device__ __forceinline__ uint4 load16_hint(const void* p, uint64_t policy) {
+  uint4 u;
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p), "l"(policy)
+               : "memory");
+  return u;
+}
+
+// One 16-byte global store with an L2 policy.
+__device__ __forceinline__ void store16_hint(void* p, const uint4& u, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(u.x), "r"(u.y), "r"(u.z),
+               "r"(u.w), "l"(policy)
+               : "memory");
+}
+
+}  // namespace tigon::cuda
