@@ -32,6 +32,8 @@ bool param_aligned(const void* p) { return p == nullptr || cuda::aligned16(p); }
 //   TIGON_LAYER_NORM_FWD_NV   1 (uncached), 2 or 4 vectors of a row per thread; default 4
 //   TIGON_LAYER_NORM_BWD_NV   1 (uncached), 2 or 4 vectors of x (and of dy) per thread; default 2
 //   TIGON_LAYER_NORM_BWD_ROWS 1 or 2 rows those vectors are spread over; default 2
+//   TIGON_LAYER_NORM_PREFETCH 1: the cached kernels also prefetch rows into L2 one wave (forward) or one row group
+//                             (backward) ahead, with the copy engine: more bytes in flight for no registers; default 0
 int fwd_nv() {
   static const int nv = env_int("TIGON_LAYER_NORM_FWD_NV");
   return nv == 1 || nv == 2 ? nv : 4;
@@ -43,6 +45,16 @@ int bwd_nv() {
 int bwd_rows() {
   static const int r = env_int("TIGON_LAYER_NORM_BWD_ROWS");
   return r == 1 ? 1 : 2;
+}
+bool prefetch() {
+  static const bool on = env_int("TIGON_LAYER_NORM_PREFETCH") == 1;
+  return on;
+}
+
+int current_device() {
+  int d = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
 }
 
 Plan uncached_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
@@ -67,6 +79,8 @@ Plan fwd_plan(const FwdProblem& pr) {
       p.nv = nv;
       p.block = dim3(s.tpr, s.rpb);
       p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
+      p.prefetch = prefetch();
+      if (p.prefetch) p.sms = sm_count(current_device());
       return p;
     }
   }
@@ -115,6 +129,7 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
     p.cached = p.vec = true;
     p.nv = b.c;
     p.rows = b.r;
+    p.prefetch = prefetch();
     p.block = dim3(b.s.tpr, b.s.rpb);
     p.grid = unsigned(max_rows / b.s.rpb);
   } else {
@@ -124,18 +139,12 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
   return p;
 }
 
-int current_device() {
-  int d = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&d));
-  return d;
-}
-
 }  // namespace
 
 void fwd_cuda(const FwdProblem& pr, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const FwdArgs a{pr.x.data, pr.w, pr.b, pr.y.data, pr.mean, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride,
-                  pr.y.row_stride, pr.eps, 1.f / float(pr.x.cols)};
+                  pr.y.row_stride, pr.eps, 1.f / float(pr.x.cols), 0};
   const Plan plan = fwd_plan(pr);
   const bool p32 = pr.p_dtype == DType::kFloat32;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, {
@@ -168,7 +177,7 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   const int64_t half = bwd_max_partial_rows(pr.x, device) * cols;  // db's partials start here
   BwdArgs a{pr.dy.data, pr.x.data, pr.w, pr.mean, pr.rstd, pr.dx.data, pr.dw ? ws : nullptr,
             pr.db ? ws + half : nullptr, pr.x.rows, cols, pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride,
-            1.f / float(cols)};
+            1.f / float(cols), plan.prefetch};
   int64_t partial_rows = 0;
   const bool w32 = pr.w_dtype == DType::kFloat32;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, {

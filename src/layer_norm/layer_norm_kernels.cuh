@@ -26,6 +26,7 @@ struct FwdArgs {
   int64_t rows, cols, x_stride, y_stride;
   float eps;
   float inv_cols;  // 1 / cols: a multiply, where a division would call a slow-path routine that costs registers
+  int64_t prefetch_ahead;  // fwd_cached: > 0 prefetches into L2 the row group this many groups on (about one wave)
 };
 
 struct BwdArgs {
@@ -39,6 +40,7 @@ struct BwdArgs {
   float* db_partial;
   int64_t rows, cols, dy_stride, x_stride, dx_stride;
   float inv_cols;  // 1 / cols
+  bool prefetch;   // bwd_cached: prefetch into L2 the rows of the slot's next group
 };
 
 // Cached forward: up to 4 vectors (32 bf16) of x per thread, packed; 1024 threads per row at most.
@@ -94,6 +96,10 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
+    if (a.prefetch_ahead > 0 && threadIdx.x == 0) {
+      const int64_t later = row + a.prefetch_ahead * blockDim.y;
+      if (later < a.rows) cuda::prefetch_l2(static_cast<const TX*>(a.x) + later * a.x_stride, cols * sizeof(TX));
+    }
     cuda::Packed<TX, V> v[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -203,6 +209,14 @@ __global__ void __launch_bounds__(bwd_max_threads(C)) bwd_cached(BwdArgs a) {
   int flip = 0;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, flip ^= 1) {
     const int64_t row0 = (g * blockDim.y + threadIdx.y) * R;
+    if (a.prefetch && threadIdx.x == 0)
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int64_t later = row0 + int64_t(gridDim.x) * blockDim.y * R + k;  // this slot's row in the next group
+        if (later >= a.rows) break;
+        cuda::prefetch_l2(static_cast<const TX*>(a.x) + later * a.x_stride, cols * sizeof(TX));
+        cuda::prefetch_l2(static_cast<const TX*>(a.dy) + later * a.dy_stride, cols * sizeof(TX));
+      }
     // x and dy stay packed in registers between the two sweeps (half the registers of floats for 16-bit types).
     cuda::Packed<TX, V> xv[R][C], dv[R][C];
     float mu[R], r[R];

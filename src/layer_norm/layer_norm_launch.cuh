@@ -15,11 +15,13 @@ using cuda::resident_blocks;
 template <class TX, class TP>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
-  if (p.cached && p.nv == 2)
-    kern::fwd_cached<TX, TP, 2><<<p.grid, p.block, 0, stream>>>(a);
-  else if (p.cached)
-    kern::fwd_cached<TX, TP, 4><<<p.grid, p.block, 0, stream>>>(a);
-  else if (p.vec)
+  if (p.cached) {
+    auto kernel = p.nv == 2 ? kern::fwd_cached<TX, TP, 2> : kern::fwd_cached<TX, TP, 4>;
+    FwdArgs b = a;
+    // One wave of resident blocks ahead: the group a block launched about one block lifetime later will read.
+    if (p.prefetch) b.prefetch_ahead = int64_t(resident_blocks(kernel, p.block.x * p.block.y)) * p.sms;
+    kernel<<<p.grid, p.block, 0, stream>>>(b);
+  } else if (p.vec)
     kern::fwd_uncached<TX, TP, V><<<p.grid, p.block, 0, stream>>>(a);
   else
     kern::fwd_uncached<TX, TP, 1><<<p.grid, p.block, 0, stream>>>(a);
