@@ -85,7 +85,7 @@ TEST_P(LayerNormCuda, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, LayerNormCuda,
     ::testing::Values(
-        // cached kernels, one row per block slot (forward 128 threads a row, backward 512 / 1024)
+        // cached kernels, one row per block (forward 128-256 threads a row, backward 512-1024)
         Case{DType::kBFloat16, DType::kBFloat16, true, true, 64, 4096, 0},
         Case{DType::kBFloat16, DType::kFloat32, true, true, 1, 4096, 0},
         Case{DType::kFloat32, DType::kFloat32, true, true, 9, 4096, 4},
@@ -95,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
         // cached, several warps a row and two row slots a block (forward 64 threads a row); aligned strided rows
         Case{DType::kBFloat16, DType::kFloat32, true, true, 33, 2048, 8},
         Case{DType::kBFloat16, DType::kBFloat16, true, false, 3, 2048, 8},
-        // cached, rows shorter than a warp share one; the last vectors of a thread's row are padding (1000 / 8 = 125)
+        // cached, short rows: a warp or less a row, several rows a block; 1000 leaves padding vectors (125 of 128)
         Case{DType::kFloat16, DType::kFloat16, false, true, 100, 1024, 0},
         Case{DType::kFloat16, DType::kFloat32, true, false, 17, 128, 0},
         Case{DType::kBFloat16, DType::kBFloat16, true, true, 1000, 8, 0},
