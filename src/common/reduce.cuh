@@ -26,4 +26,46 @@ __device__ __forceinline__ float row_sum(float v, float* smem) {
   return s;
 }
 
+// Sums of N values at once over the threads of one row (shapes as row_sum), with one barrier instead of two: the
+// barrier before the writes is left out, so consecutive calls must alternate between two smem buffers (each holding
+// N * blockDim.y * blockDim.x / 32 floats, 16-byte aligned). A call's writers then never meet the previous call's
+// readers, and the call before that finished reading before the previous call's barrier let anyone through. v is
+// replaced by the sums, the same bits in every thread of the row.
+template <int N>
+__device__ __forceinline__ void row_sums(float (&v)[N], float* smem) {
+  const int tpr = blockDim.x;
+  const int width = tpr < 32 ? tpr : 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width)
+#pragma unroll
+      for (int n = 0; n < N; ++n) v[n] += __shfl_xor_sync(0xffffffffu, v[n], o);
+  if (tpr <= 32) return;
+  const int warps = tpr / 32;
+  float* mine = smem + threadIdx.y * warps * N;  // [warp][N]
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int n = 0; n < N; ++n) mine[(threadIdx.x / 32) * N + n] = v[n];
+  __syncthreads();
+#pragma unroll
+  for (int n = 0; n < N; ++n) v[n] = 0.f;
+#pragma unroll 4  // enough loads in flight; a full unroll holds a dozen more registers in a register-bound kernel
+  for (int i = 0; i < warps; ++i) {
+    const float* src = mine + i * N;
+    float p[N];
+    if constexpr (N % 4 == 0) {  // one 16-byte load per 4 values (smem is 16-byte aligned)
+#pragma unroll
+      for (int n = 0; n < N; n += 4) *reinterpret_cast<float4*>(p + n) = *reinterpret_cast<const float4*>(src + n);
+    } else if constexpr (N % 2 == 0) {
+#pragma unroll
+      for (int n = 0; n < N; n += 2) *reinterpret_cast<float2*>(p + n) = *reinterpret_cast<const float2*>(src + n);
+    } else {
+#pragma unroll
+      for (int n = 0; n < N; ++n) p[n] = src[n];
+    }
+#pragma unroll
+    for (int n = 0; n < N; ++n) v[n] += p[n];
+  }
+}
+
 }  // namespace tigon::cuda

@@ -1,7 +1,4 @@
-// LayerNorm CUDA path: launch planning, dtype dispatch and the deterministic dw / db reduction. The plans are
-// RMSNorm's (src/rms_norm/rms_norm_cuda.cu records the measurements behind them): the forward caches 4 vectors of a
-// row per thread, the backward 2, and only while the row fits in kBwdMaxThreads threads (8192 bf16 / 4096 fp32
-// elements): with 4 vectors, x, dy and the dw and db sums need more than 128 registers and spill.
+// LayerNorm CUDA path: launch planning, dtype dispatch and the deterministic dw / db reduction.
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -10,6 +7,7 @@
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
+#include "common/row_plan.h"
 #include "layer_norm/layer_norm.h"
 #include "layer_norm/layer_norm_kernels.cuh"
 #include "layer_norm/layer_norm_launch.h"
@@ -17,33 +15,46 @@
 namespace tigon::layer_norm {
 namespace {
 
-constexpr int kFwdNv = 4, kBwdNv = 2;  // the kernels' NV, see launch_fwd / launch_bwd
+using row_plan::cached_shape;
+using row_plan::ceil_div;
+using row_plan::cols_vectorizable;
+using row_plan::env_int;
+using row_plan::rows_aligned;
+using row_plan::Shape;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-bool rows_aligned(const RowMatrix& m) {
-  return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
-}
-bool cols_vectorizable(const RowMatrix& x) { return x.cols % (16 / dtype_bytes(x.dtype)) == 0; }
 bool param_aligned(const void* p) { return p == nullptr || cuda::aligned16(p); }
 
-// Threads per row and rows per block of the cached kernels: nv vectors of 16 bytes of x per thread; rows shorter
-// than a warp share one, and short rows are packed into ~128-thread blocks.
-struct Shape {
-  int tpr = 0, rpb = 0;
-};
-Shape cached_shape(int64_t cols, DType x_dtype, int nv) {
-  const int v = 16 / dtype_bytes(x_dtype);
-  const int64_t need = ceil_div(ceil_div(cols, v), nv);
-  Shape s;
-  if (need <= 32) {
-    s.tpr = 1;
-    while (s.tpr < need) s.tpr *= 2;
-  } else {
-    s.tpr = int(std::min<int64_t>(ceil_div(need, 32) * 32, INT_MAX));
-  }
-  s.rpb = s.tpr < 128 ? 128 / s.tpr : 1;
-  return s;
+// Kernel choices follow RMSNorm's measurements (src/rms_norm/rms_norm_cuda.cu): bytes in flight per multiprocessor
+// decide these kernels' speed. The forward holds 4 vectors of a row per thread (52-56 registers: 1152 resident
+// threads in blocks of 128). The backward also holds its dw and db sums, 2 * 8 fp32 per vector of columns: 2 vectors
+// of one row per thread took 88 registers (512 resident threads), so by default a thread holds 1 vector of each of 2
+// rows (64 registers, 1024 resident threads, the same 64 bytes in flight). For tuning, read once:
+//   TIGON_LAYER_NORM_FWD_NV   1 (uncached), 2 or 4 vectors of a row per thread; default 4
+//   TIGON_LAYER_NORM_BWD_NV   1 (uncached), 2 or 4 vectors of x (and of dy) per thread; default 2
+//   TIGON_LAYER_NORM_BWD_ROWS 1 or 2 rows those vectors are spread over; default 2
+//   TIGON_LAYER_NORM_PREFETCH 1: the cached kernels also prefetch rows into L2 one wave (forward) or one row group
+//                             (backward) ahead, with the copy engine: more bytes in flight for no registers; default 0
+int fwd_nv() {
+  static const int nv = env_int("TIGON_LAYER_NORM_FWD_NV");
+  return nv == 1 || nv == 2 ? nv : 4;
+}
+int bwd_nv() {
+  static const int nv = env_int("TIGON_LAYER_NORM_BWD_NV");
+  return nv == 1 || nv == 4 ? nv : 2;
+}
+int bwd_rows() {
+  static const int r = env_int("TIGON_LAYER_NORM_BWD_ROWS");
+  return r == 1 ? 1 : 2;
+}
+bool prefetch() {
+  static const bool on = env_int("TIGON_LAYER_NORM_PREFETCH") == 1;
+  return on;
+}
+
+int current_device() {
+  int d = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
 }
 
 Plan uncached_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
@@ -58,44 +69,69 @@ Plan uncached_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
 Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) &&
                    param_aligned(pr.b);
-  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, kFwdNv);
-  if (vec && s.tpr <= kFwdMaxThreads) {
-    Plan p;
-    p.cached = p.vec = true;
-    p.block = dim3(s.tpr, s.rpb);
-    p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
-    return p;
+  if (vec && fwd_nv() != 1) {
+    // The preferred nv while the row fits, else 4 vectors per thread.
+    for (int nv : {fwd_nv(), 4}) {
+      const Shape s = cached_shape(pr.x.cols, pr.x.dtype, nv);
+      if (s.tpr > kFwdMaxThreads) continue;
+      Plan p;
+      p.cached = p.vec = true;
+      p.nv = nv;
+      p.block = dim3(s.tpr, s.rpb);
+      p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
+      p.prefetch = prefetch();
+      if (p.prefetch) p.sms = sm_count(current_device());
+      return p;
+    }
   }
   return uncached_plan(pr.x, vec, INT_MAX);
 }
 
-// The workspace bound may depend on x and the device alone (tigon_layer_norm_bwd_workspace_size sees nothing else),
-// so it assumes the most a kernel with >= 64 registers per thread keeps resident: 1024 threads per multiprocessor.
-// launch_bwd never launches more blocks than the plan's grid, which this bound sets.
-constexpr int kBwdMaxResidentThreads = 1024;
+// The cached backward's layout: c vectors of each of r rows per thread, and the block shape; tpr 0 when the row is
+// too long for it (or the uncached kernel is asked for). The preferred layout while the row fits, else 4 vectors of
+// one row per thread.
+struct BwdShape {
+  int c = 0, r = 1;
+  Shape s;
+};
+BwdShape bwd_shape(const RowMatrix& x) {
+  if (bwd_nv() == 1) return {};
+  const int r = bwd_rows();
+  for (const BwdShape& b : {BwdShape{bwd_nv() / r, r, {}}, BwdShape{4, 1, {}}}) {
+    const Shape s = cached_shape(x.cols, x.dtype, b.c);
+    if (s.tpr <= bwd_max_threads(b.c)) return {b.c, b.r, s};
+  }
+  return {};
+}
 
-Shape bwd_shape(const RowMatrix& x) { return cached_shape(x.cols, x.dtype, kBwdNv); }
+// The backward launches about as many blocks as stay resident (launch_bwd asks the occupancy calculator), so each
+// walks many rows and its partial sums stay in registers. The workspace bound may depend on x and the device alone
+// (tigon_layer_norm_bwd_workspace_size sees nothing else), so it assumes the most any kernel keeps resident: 2048
+// threads per multiprocessor. launch_bwd never launches more blocks than the plan's grid, which this bound sets.
+constexpr int kMaxResidentThreads = 2048;
 
 int64_t bwd_max_partial_rows(const RowMatrix& x, int device) {
-  const Shape s = bwd_shape(x);
+  const BwdShape b = bwd_shape(x);
   const int64_t sms = sm_count(device);
-  if (s.tpr <= kBwdMaxThreads) {
-    const int64_t blocks_per_sm = std::max(1, kBwdMaxResidentThreads / (s.tpr * s.rpb));
-    return std::min(ceil_div(x.rows, s.rpb), sms * blocks_per_sm) * s.rpb;
-  }
-  return std::min<int64_t>(x.rows, sms * 2);
+  if (b.s.tpr == 0) return std::min<int64_t>(x.rows, sms * 2);
+  const int threads = b.s.tpr * b.s.rpb;
+  const int64_t blocks_per_sm = std::max(1, kMaxResidentThreads / threads);
+  return std::min(ceil_div(x.rows, int64_t(b.s.rpb) * b.r), sms * blocks_per_sm) * b.s.rpb;
 }
 
 Plan bwd_plan(const BwdProblem& pr, int device) {
   const int64_t max_rows = bwd_max_partial_rows(pr.x, device);
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.dy) && rows_aligned(pr.dx) &&
                    param_aligned(pr.w);
-  const Shape s = bwd_shape(pr.x);
+  const BwdShape b = bwd_shape(pr.x);
   Plan p;
-  if (vec && s.tpr <= kBwdMaxThreads) {
+  if (vec && b.s.tpr > 0) {
     p.cached = p.vec = true;
-    p.block = dim3(s.tpr, s.rpb);
-    p.grid = unsigned(max_rows / s.rpb);
+    p.nv = b.c;
+    p.rows = b.r;
+    p.prefetch = prefetch();
+    p.block = dim3(b.s.tpr, b.s.rpb);
+    p.grid = unsigned(max_rows / b.s.rpb);
   } else {
     p = uncached_plan(pr.x, vec, max_rows);
   }
@@ -103,24 +139,12 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
   return p;
 }
 
-int current_device() {
-  int d = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&d));
-  return d;
-}
-
-// Sums `partial_rows` rows of `partial` into out (cols elements of out_dtype), in a fixed order.
-void reduce_params(const float* partial, int64_t partial_rows, int64_t cols, void* out, DType out_dtype,
-                   cudaStream_t stream) {
-  cuda::column_sum(partial, partial_rows, cols, out, out_dtype, stream);
-}
-
 }  // namespace
 
 void fwd_cuda(const FwdProblem& pr, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const FwdArgs a{pr.x.data, pr.w, pr.b, pr.y.data, pr.mean, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride,
-                  pr.y.row_stride, pr.eps};
+                  pr.y.row_stride, pr.eps, 1.f / float(pr.x.cols), 0};
   const Plan plan = fwd_plan(pr);
   const bool p32 = pr.p_dtype == DType::kFloat32;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, {
@@ -152,7 +176,8 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   float* ws = static_cast<float*>(workspace);
   const int64_t half = bwd_max_partial_rows(pr.x, device) * cols;  // db's partials start here
   BwdArgs a{pr.dy.data, pr.x.data, pr.w, pr.mean, pr.rstd, pr.dx.data, pr.dw ? ws : nullptr,
-            pr.db ? ws + half : nullptr, pr.x.rows, cols, pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride};
+            pr.db ? ws + half : nullptr, pr.x.rows, cols, pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride,
+            1.f / float(cols), plan.prefetch};
   int64_t partial_rows = 0;
   const bool w32 = pr.w_dtype == DType::kFloat32;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, {
@@ -163,8 +188,12 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
     else
       partial_rows = launch_bwd<TX, TX>(a, plan, stream);
   });
-  if (pr.dw) reduce_params(a.dw_partial, partial_rows, cols, pr.dw, pr.dw_dtype, stream);
-  if (pr.db) reduce_params(a.db_partial, partial_rows, cols, pr.db, pr.db_dtype, stream);
+  if (pr.dw && pr.db)  // one launch for both
+    cuda::column_sum2(a.dw_partial, pr.dw, pr.dw_dtype, a.db_partial, pr.db, pr.db_dtype, partial_rows, cols, stream);
+  else if (pr.dw)
+    cuda::column_sum(a.dw_partial, partial_rows, cols, pr.dw, pr.dw_dtype, stream);
+  else if (pr.db)
+    cuda::column_sum(a.db_partial, partial_rows, cols, pr.db, pr.db_dtype, stream);
 }
 
 }  // namespace tigon::layer_norm

@@ -1,16 +1,18 @@
 // LayerNorm CUDA kernels, shaped like RMSNorm's (src/rms_norm/rms_norm_kernels.cuh). Two kernels per direction:
-//  * cached: each row is read once into registers (NV vectors of V elements per thread, V = 16 bytes of x), so the
-//    forward moves exactly x in + y out and the backward x, dy in + dx out. The variance is taken around the mean
-//    from those registers (no E[x^2] - mean^2 cancellation). blockDim = (threads per row, rows per block). Used when
-//    a row fits and every pointer and row stride is 16-byte aligned.
+//  * cached: each row is read once into registers (16-byte vectors of x kept packed), so the forward moves exactly
+//    x in + y out and the backward x, dy in + dx out. The variance is sum((x - mean)^2) over those registers (no
+//    E[x^2] - mean^2 cancellation). blockDim = (threads per row, row slots per block). Used when a row fits and every
+//    pointer and row stride is 16-byte aligned.
 //  * uncached: one row per block iteration, any row length, V = 1 for unaligned data. The forward reads the row three
 //    times (mean, centred variance, output), the backward twice; repeated reads mostly hit L2.
-// Backward dw / db: each block adds dy * xhat and dy over the rows it visits into fp32 partials (one row of each
-// partial array per block row slot), and param_reduce sums those in a fixed order: deterministic, no atomics.
+// Backward dw / db: each thread adds dy * xhat and dy over the rows it visits into fp32 sums, written once per row
+// slot as partial rows; cuda::column_sum2 then adds those in a fixed order: deterministic, no atomics.
 #pragma once
 
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
+
+#include <type_traits>
 
 namespace tigon::layer_norm {
 
@@ -23,6 +25,8 @@ struct FwdArgs {
   float* rstd;
   int64_t rows, cols, x_stride, y_stride;
   float eps;
+  float inv_cols;  // 1 / cols: a multiply, where a division would call a slow-path routine that costs registers
+  int64_t prefetch_ahead;  // fwd_cached: > 0 prefetches into L2 the row group this many groups on (about one wave)
 };
 
 struct BwdArgs {
@@ -35,10 +39,16 @@ struct BwdArgs {
   float* dw_partial;  // [partial rows, cols] fp32 each; nullptr: not wanted
   float* db_partial;
   int64_t rows, cols, dy_stride, x_stride, dx_stride;
+  float inv_cols;  // 1 / cols
+  bool prefetch;   // bwd_cached: prefetch into L2 the rows of the slot's next group
 };
 
-constexpr int kFwdMaxThreads = 1024;  // cached forward: NV * V floats of x per thread stay packed in registers
-constexpr int kBwdMaxThreads = 512;   // cached backward: x, dy and two sets of partial sums need up to 128 registers
+// Cached forward: up to 4 vectors (32 bf16) of x per thread, packed; 1024 threads per row at most.
+constexpr int kFwdMaxThreads = 1024;
+// Cached backward: C vectors of each of R rows per thread. The dw and db sums cost 2 * C * V fp32 registers whatever
+// R is, so spreading a thread's vectors over rows (R = 2) rather than columns halves them at the same bytes in flight.
+// With C = 1 the kernel fits in 64 registers, so blocks of 1024 threads launch; C = 2 or 4 take 84-128 registers.
+constexpr int bwd_max_threads(int c) { return c == 1 ? 1024 : 512; }
 
 namespace kern {
 
@@ -56,39 +66,70 @@ __device__ __forceinline__ void load_param(const void* p, int64_t c, float fill,
   load_vec<TP, V>(static_cast<const TP*>(p) + c, v);
 }
 
+// Element j of a packed vector as a float. bf16 widens by a shift or a mask of its 32-bit word (one instruction).
+template <class T, int N>
+__device__ __forceinline__ float elem(const cuda::Packed<T, N>& p, int j) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t w = reinterpret_cast<const uint32_t*>(p.u)[j / 2];
+    return __uint_as_float(j % 2 ? w & 0xffff0000u : w << 16);
+  } else {
+    return p[j];
+  }
+}
+
+// Hides the packed row's value from the compiler, so that floats widened from it before this point cannot be reused
+// after it: it widens again (one instruction per element) instead of holding both the packed and the widened row.
+template <class T, int N>
+__device__ __forceinline__ void launder(cuda::Packed<T, N>& p) {
+#pragma unroll
+  for (int k = 0; k < cuda::Packed<T, N>::kWords; ++k)
+    asm volatile("" : "+r"(p.u[k].x), "+r"(p.u[k].y), "+r"(p.u[k].z), "+r"(p.u[k].w));
+}
+
 template <class TX, class TP, int NV>
 __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
-  __shared__ float red[32];
+  __shared__ __align__(16) float red[2][32];  // row_sums alternates buffers
+  const int cols = int(a.cols);  // the cached kernels' rows are short: int offsets
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
+    if (a.prefetch_ahead > 0 && threadIdx.x == 0) {
+      const int64_t later = row + a.prefetch_ahead * blockDim.y;
+      if (later < a.rows) cuda::prefetch_l2(static_cast<const TX*>(a.x) + later * a.x_stride, cols * sizeof(TX));
+    }
     cuda::Packed<TX, V> v[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (live && c < a.cols)
+      const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
+      if (live && c < cols)
         v[i].load(x + c);
       else
         v[i].zero();
     }
-    float s = 0.f;
+    float s[1] = {0.f};
 #pragma unroll
     for (int i = 0; i < NV; ++i)
 #pragma unroll
-      for (int j = 0; j < V; ++j) s += v[i][j];
-    const float mean = cuda::row_sum(s, red) / float(a.cols);
-    float sq = 0.f;
+      for (int j = 0; j < V; ++j) s[0] += elem(v[i], j);
+    cuda::row_sums(s, red[0]);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) launder(v[i]);
+    const float mean = s[0] * a.inv_cols;
+    float sq[1] = {0.f};
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (c < a.cols)  // padding lanes hold 0, not the mean: leave them out of the centred sum
+      const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
+      if (c < cols)  // padding lanes hold 0, not the mean: leave them out of the centred sum
 #pragma unroll
-        for (int j = 0; j < V; ++j) sq += (v[i][j] - mean) * (v[i][j] - mean);
+        for (int j = 0; j < V; ++j) sq[0] += (elem(v[i], j) - mean) * (elem(v[i], j) - mean);
     }
-    const float rstd = rsqrtf(cuda::row_sum(sq, red) / float(a.cols) + a.eps);
+    cuda::row_sums(sq, red[1]);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) launder(v[i]);
+    const float rstd = rsqrtf(sq[0] * a.inv_cols + a.eps);
     if (!live) continue;
     if (threadIdx.x == 0 && a.mean) {
       a.mean[row] = mean;
@@ -97,13 +138,13 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
     TX* y = static_cast<TX*>(a.y) + row * a.y_stride;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (c < a.cols) {
+      const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
+      if (c < cols) {
         float w[V], b[V], out[V];
         load_param<TP, V>(a.w, c, 1.f, w);
         load_param<TP, V>(a.b, c, 0.f, b);
 #pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = (v[i][j] - mean) * rstd * w[j] + b[j];
+        for (int j = 0; j < V; ++j) out[j] = (elem(v[i], j) - mean) * rstd * w[j] + b[j];
         store_vec<TX, V>(y + c, out);
       }
     }
@@ -112,26 +153,28 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
 
 template <class TX, class TP, int V>
 __global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
-  __shared__ float red[32];
+  __shared__ __align__(16) float red[2][32];
   const int64_t step = int64_t(blockDim.x) * V;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
-    float s = 0.f;
+    float s[1] = {0.f};
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
       float v[V];
       load_vec<TX, V>(x + c, v);
 #pragma unroll
-      for (int j = 0; j < V; ++j) s += v[j];
+      for (int j = 0; j < V; ++j) s[0] += v[j];
     }
-    const float mean = cuda::row_sum(s, red) / float(a.cols);
-    float sq = 0.f;
+    cuda::row_sums(s, red[0]);
+    const float mean = s[0] * a.inv_cols;
+    float sq[1] = {0.f};
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
       float v[V];
       load_vec<TX, V>(x + c, v);
 #pragma unroll
-      for (int j = 0; j < V; ++j) sq += (v[j] - mean) * (v[j] - mean);
+      for (int j = 0; j < V; ++j) sq[0] += (v[j] - mean) * (v[j] - mean);
     }
-    const float rstd = rsqrtf(cuda::row_sum(sq, red) / float(a.cols) + a.eps);
+    cuda::row_sums(sq, red[1]);
+    const float rstd = rsqrtf(sq[0] * a.inv_cols + a.eps);
     if (threadIdx.x == 0 && a.mean) {
       a.mean[row] = mean;
       a.rstd[row] = rstd;
@@ -149,74 +192,116 @@ __global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
   }
 }
 
-template <class TX, class TW, int NV>
-__global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
+// C vectors of each of R consecutive rows per thread (see bwd_max_threads); the row slot (blockIdx.x, threadIdx.y)
+// walks groups of R rows and keeps its dw and db sums for its columns in registers until the end.
+template <class TX, class TW, int C, int R>
+__global__ void __launch_bounds__(bwd_max_threads(C)) bwd_cached(BwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
-  __shared__ float red[32];
-  float acc_w[NV][V], acc_b[NV][V];
+  __shared__ __align__(16) float red[2][2 * R * 32];  // row_sums alternates buffers
+  const int cols = int(a.cols);  // the cached kernels' rows are short: int offsets
+  float acc_w[C][V], acc_b[C][V];
 #pragma unroll
-  for (int i = 0; i < NV; ++i)
+  for (int i = 0; i < C; ++i)
 #pragma unroll
     for (int j = 0; j < V; ++j) acc_w[i][j] = acc_b[i][j] = 0.f;
 
-  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-    const int64_t row = g * blockDim.y + threadIdx.y;
-    const bool live = row < a.rows;
-    const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
-    const TX* dy = static_cast<const TX*>(a.dy) + row * a.dy_stride;
-    // x and dy stay packed in registers between the two sweeps (half the registers of floats for 16-bit types).
-    cuda::Packed<TX, V> xv[NV], dv[NV];
+  const int64_t groups = (a.rows + int64_t(blockDim.y) * R - 1) / (int64_t(blockDim.y) * R);
+  int flip = 0;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, flip ^= 1) {
+    const int64_t row0 = (g * blockDim.y + threadIdx.y) * R;
+    if (a.prefetch && threadIdx.x == 0)
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (live && c < a.cols) {
-        xv[i].load(x + c);
-        dv[i].load(dy + c);
-      } else {
-        xv[i].zero();
-        dv[i].zero();
+      for (int k = 0; k < R; ++k) {
+        const int64_t later = row0 + int64_t(gridDim.x) * blockDim.y * R + k;  // this slot's row in the next group
+        if (later >= a.rows) break;
+        cuda::prefetch_l2(static_cast<const TX*>(a.x) + later * a.x_stride, cols * sizeof(TX));
+        cuda::prefetch_l2(static_cast<const TX*>(a.dy) + later * a.dy_stride, cols * sizeof(TX));
       }
-    }
-    const float mu = live ? a.mean[row] : 0.f, r = live ? a.rstd[row] : 0.f;
-    float sum_g = 0.f, sum_gx = 0.f;
+    // x and dy stay packed in registers between the two sweeps (half the registers of floats for 16-bit types).
+    cuda::Packed<TX, V> xv[R][C], dv[R][C];
+    float mu[R], r[R];
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (c < a.cols) {
+    for (int k = 0; k < R; ++k) {
+      const int64_t row = row0 + k;
+      const bool live = row < a.rows;
+      const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
+      const TX* dy = static_cast<const TX*>(a.dy) + row * a.dy_stride;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int c = (i * blockDim.x + threadIdx.x) * V;
+        if (live && c < cols) {
+          xv[k][i].load(x + c);
+          dv[k][i].load(dy + c);
+        } else {  // zeros add nothing to any sum below
+          xv[k][i].zero();
+          dv[k][i].zero();
+        }
+      }
+      mu[k] = live ? a.mean[row] : 0.f;
+      r[k] = live ? a.rstd[row] : 0.f;
+    }
+    // sums[2k] = sum(g), sums[2k + 1] = sum(g * xhat) over row k, g = dy * w (means after row_sums).
+    float sums[2 * R];
+#pragma unroll
+    for (int n = 0; n < 2 * R; ++n) sums[n] = 0.f;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int c = (i * blockDim.x + threadIdx.x) * V;
+      if (c < cols) {
         float w[V];
         load_param<TW, V>(a.w, c, 1.f, w);
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float xh = (xv[i][j] - mu) * r, d = dv[i][j];
-          sum_g += d * w[j];
-          sum_gx += d * w[j] * xh;
-          acc_w[i][j] += d * xh;
-          acc_b[i][j] += d;
-        }
+        for (int k = 0; k < R; ++k)
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float xh = (elem(xv[k][i], j) - mu[k]) * r[k], d = elem(dv[k][i], j);
+            sums[2 * k] += d * w[j];
+            sums[2 * k + 1] += d * w[j] * xh;
+            acc_w[i][j] += d * xh;
+            acc_b[i][j] += d;
+          }
       }
     }
-    const float mean_g = cuda::row_sum(sum_g, red) / float(a.cols);
-    const float mean_gx = cuda::row_sum(sum_gx, red) / float(a.cols);
-    if (!live) continue;
-    TX* dx = static_cast<TX*>(a.dx) + row * a.dx_stride;
+    cuda::row_sums(sums, red[flip]);
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (c < a.cols) {
-        float w[V], out[V];
+    for (int k = 0; k < R; ++k)
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        launder(xv[k][i]);
+        launder(dv[k][i]);
+      }
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      sums[2 * k] *= a.inv_cols;
+      sums[2 * k + 1] *= a.inv_cols;
+    }
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int c = (i * blockDim.x + threadIdx.x) * V;
+      if (c < cols) {
+        float w[V];
         load_param<TW, V>(a.w, c, 1.f, w);
 #pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = r * (dv[i][j] * w[j] - mean_g - (xv[i][j] - mu) * r * mean_gx);
-        store_vec<TX, V>(dx + c, out);
+        for (int k = 0; k < R; ++k) {
+          const int64_t row = row0 + k;
+          if (row >= a.rows) continue;
+          const float mean_g = sums[2 * k], mean_gx = sums[2 * k + 1];
+          float out[V];
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float xh = (elem(xv[k][i], j) - mu[k]) * r[k];
+            out[j] = r[k] * (elem(dv[k][i], j) * w[j] - mean_g - xh * mean_gx);
+          }
+          store_vec<TX, V>(static_cast<TX*>(a.dx) + row * a.dx_stride + c, out);
+        }
       }
     }
   }
   const int64_t slot = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-    if (c < a.cols) {
+  for (int i = 0; i < C; ++i) {
+    const int c = (i * blockDim.x + threadIdx.x) * V;
+    if (c < cols) {
       if (a.dw_partial) store_vec<float, V>(a.dw_partial + slot * a.cols + c, acc_w[i]);
       if (a.db_partial) store_vec<float, V>(a.db_partial + slot * a.cols + c, acc_b[i]);
     }
@@ -227,16 +312,17 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
 // The grid never exceeds the row count, so every block writes its whole partial rows.
 template <class TX, class TW, int V>
 __global__ void __launch_bounds__(1024) bwd_uncached(BwdArgs a) {
-  __shared__ float red[32];
+  __shared__ __align__(16) float red[2][2 * 32];
   const int64_t step = int64_t(blockDim.x) * V;
   float* pw = a.dw_partial ? a.dw_partial + int64_t(blockIdx.x) * a.cols : nullptr;
   float* pb = a.db_partial ? a.db_partial + int64_t(blockIdx.x) * a.cols : nullptr;
   bool first = true;
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x, first = false) {
+  int flip = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x, first = false, flip ^= 1) {
     const float mu = a.mean[row], r = a.rstd[row];
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
     const TX* dy = static_cast<const TX*>(a.dy) + row * a.dy_stride;
-    float sum_g = 0.f, sum_gx = 0.f;
+    float sums[2] = {0.f, 0.f};  // sum(g), sum(g * xhat)
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
       float xv[V], d[V], w[V];
       load_vec<TX, V>(x + c, xv);
@@ -244,12 +330,12 @@ __global__ void __launch_bounds__(1024) bwd_uncached(BwdArgs a) {
       load_param<TW, V>(a.w, c, 1.f, w);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        sum_g += d[j] * w[j];
-        sum_gx += d[j] * w[j] * ((xv[j] - mu) * r);
+        sums[0] += d[j] * w[j];
+        sums[1] += d[j] * w[j] * ((xv[j] - mu) * r);
       }
     }
-    const float mean_g = cuda::row_sum(sum_g, red) / float(a.cols);
-    const float mean_gx = cuda::row_sum(sum_gx, red) / float(a.cols);
+    cuda::row_sums(sums, red[flip]);
+    const float mean_g = sums[0] * a.inv_cols, mean_gx = sums[1] * a.inv_cols;
     TX* dx = static_cast<TX*>(a.dx) + row * a.dx_stride;
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
       float xv[V], d[V], w[V], out[V], aw[V] = {}, ab[V] = {};

@@ -15,9 +15,13 @@ using cuda::resident_blocks;
 template <class TX, class TP>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
-  if (p.cached)
-    kern::fwd_cached<TX, TP, 4><<<p.grid, p.block, 0, stream>>>(a);  // 4 vectors per thread: RMSNorm's best
-  else if (p.vec)
+  if (p.cached) {
+    auto kernel = p.nv == 2 ? kern::fwd_cached<TX, TP, 2> : kern::fwd_cached<TX, TP, 4>;
+    FwdArgs b = a;
+    // One wave of resident blocks ahead: the group a block launched about one block lifetime later will read.
+    if (p.prefetch) b.prefetch_ahead = int64_t(resident_blocks(kernel, p.block.x * p.block.y)) * p.sms;
+    kernel<<<p.grid, p.block, 0, stream>>>(b);
+  } else if (p.vec)
     kern::fwd_uncached<TX, TP, V><<<p.grid, p.block, 0, stream>>>(a);
   else
     kern::fwd_uncached<TX, TP, 1><<<p.grid, p.block, 0, stream>>>(a);
@@ -25,11 +29,18 @@ void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
 }
 
 template <class TX, class TP>
+auto bwd_cached_kernel(const Plan& p) {
+  if (p.nv == 1) return kern::bwd_cached<TX, TP, 1, 2>;
+  if (p.nv == 2) return p.rows == 2 ? kern::bwd_cached<TX, TP, 2, 2> : kern::bwd_cached<TX, TP, 2, 1>;
+  return kern::bwd_cached<TX, TP, 4, 1>;
+}
+
+template <class TX, class TP>
 int64_t launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached) {
     // As many blocks as stay resident: each walks many rows, so its partial sums stay in registers.
-    auto kernel = kern::bwd_cached<TX, TP, 2>;  // 4 vectors spill: x, dy and two sets of sums pass 128 registers
+    auto kernel = bwd_cached_kernel<TX, TP>(p);
     const int per_sm = resident_blocks(kernel, p.block.x * p.block.y);
     const unsigned grid = std::min<unsigned>(p.grid, unsigned(per_sm * p.sms));
     kernel<<<grid, p.block, 0, stream>>>(a);

@@ -17,7 +17,10 @@ struct BwdArgs;
 struct Plan {
   bool cached = false;  // fwd_cached / bwd_cached, else the uncached kernels
   bool vec = false;     // 16-byte vectors (cached implies vec)
-  dim3 block;           // (threads per row, rows per block)
+  int nv = 4;           // cached kernels: vectors of a row per thread (forward 2 or 4, backward 1, 2 or 4)
+  int rows = 1;         // cached backward: rows per thread (2 with nv 1 or 2, else 1)
+  bool prefetch = false;  // cached kernels: prefetch rows ahead into L2 (TIGON_LAYER_NORM_PREFETCH)
+  dim3 block;           // (threads per row, row slots per block)
   unsigned grid = 0;    // the backward may launch fewer blocks: as many as stay resident
   int sms = 0;          // multiprocessors of the device
 };

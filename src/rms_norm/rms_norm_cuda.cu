@@ -1,13 +1,13 @@
 // RMSNorm CUDA path: launch planning, dtype dispatch and the deterministic dw reduction.
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/column_sum.h"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
+#include "common/row_plan.h"
 #include "rms_norm/rms_norm.h"
 #include "rms_norm/rms_norm_kernels.cuh"
 #include "rms_norm/rms_norm_launch.h"
@@ -15,11 +15,10 @@
 namespace tigon::rms_norm {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-bool rows_aligned(const RowMatrix& m) {
-  return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
-}
+using row_plan::ceil_div;
+using row_plan::cols_vectorizable;
+using row_plan::env_int;
+using row_plan::rows_aligned;
 
 // Kernel choices, measured on the H200 (bf16, 16384 x 4096, ncu). Bytes in flight per multiprocessor decide these
 // kernels' speed, and the cached forward is register-limited to ~1024 resident threads: 4 vectors of a row per thread
@@ -29,10 +28,6 @@ bool rows_aligned(const RowMatrix& m) {
 // 67 us for a block per row group). Those were tried and reverted, see the history. The backward, which also keeps the
 // dw sums in registers, ran 112 us with 2 vectors and 116 us with 4 (loading the next row ahead cost occupancy:
 // 148 us). TIGON_RMS_NORM_FWD_NV (1 = two-pass, 2, 4) and TIGON_RMS_NORM_BWD_NV (2, 4) override, for tuning.
-int env_int(const char* name) {
-  const char* e = std::getenv(name);
-  return e ? std::atoi(e) : 0;
-}
 int fwd_nv() {  // 1: the two-pass kernel
   static const int nv = env_int("TIGON_RMS_NORM_FWD_NV");
   return nv == 2 || nv == 1 ? nv : 4;
@@ -42,32 +37,19 @@ int bwd_nv() {
   return nv == 4 ? 4 : 2;
 }
 
-// Threads per row and rows per block of the cached kernels: nv vectors of 16 bytes of x per thread; rows shorter
-// than a warp share one, and short rows are packed into ~128-thread blocks.
+// Threads per row and rows per block of the cached kernels (row_plan::cached_shape) with their nv.
 struct Shape {
   int nv = 4, tpr = 0, rpb = 0;
 };
 Shape cached_shape(int64_t cols, DType x_dtype, int nv) {
-  const int v = 16 / dtype_bytes(x_dtype);
-  const int64_t need = ceil_div(ceil_div(cols, v), nv);
-  Shape s;
-  s.nv = nv;
-  if (need <= 32) {
-    s.tpr = 1;
-    while (s.tpr < need) s.tpr *= 2;
-  } else {
-    s.tpr = int(std::min<int64_t>(ceil_div(need, 32) * 32, INT_MAX));
-  }
-  s.rpb = s.tpr < 128 ? 128 / s.tpr : 1;
-  return s;
+  const row_plan::Shape r = row_plan::cached_shape(cols, x_dtype, nv);
+  return Shape{nv, r.tpr, r.rpb};
 }
 // The shape for a direction: its preferred nv while the row fits in max_threads, else 4 vectors per thread.
 Shape cached_shape(int64_t cols, DType x_dtype, int nv, int max_threads) {
   const Shape s = cached_shape(cols, x_dtype, nv);
   return s.tpr <= max_threads || nv == 4 ? s : cached_shape(cols, x_dtype, 4);
 }
-
-bool cols_vectorizable(const RowMatrix& x) { return x.cols % (16 / dtype_bytes(x.dtype)) == 0; }
 
 Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
   Plan p;

@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <tuple>
@@ -78,32 +80,69 @@ TEST_P(LayerNormCuda, MatchesReference) {
   EXPECT_EQ(worst_ratio(gdb.fetch(), first_db, 0, 0), 0.0);
 }
 
+// Which kernel each case reaches with the default knobs (forward 4 vectors per thread, backward 1 vector of each of 2
+// rows); LayerNormCudaVariants below runs them all again under every other knob setting.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, LayerNormCuda,
     ::testing::Values(
-        // cached kernels: aligned rows
+        // cached kernels, one row per block (forward 128-256 threads a row, backward 512-1024)
         Case{DType::kBFloat16, DType::kBFloat16, true, true, 64, 4096, 0},
+        Case{DType::kBFloat16, DType::kFloat32, true, true, 1, 4096, 0},
+        Case{DType::kFloat32, DType::kFloat32, true, true, 9, 4096, 4},
+        Case{DType::kFloat32, DType::kFloat32, false, false, 257, 4096, 0},
+        Case{DType::kBFloat16, DType::kBFloat16, true, true, 40, 8192, 0},
+        Case{DType::kFloat16, DType::kFloat32, true, false, 3, 8192, 0},
+        // cached, several warps a row and two row slots a block (forward 64 threads a row); aligned strided rows
         Case{DType::kBFloat16, DType::kFloat32, true, true, 33, 2048, 8},
+        Case{DType::kBFloat16, DType::kBFloat16, true, false, 3, 2048, 8},
+        // cached, short rows: a warp or less a row, several rows a block; 1000 leaves padding vectors (125 of 128)
         Case{DType::kFloat16, DType::kFloat16, false, true, 100, 1024, 0},
         Case{DType::kFloat16, DType::kFloat32, true, false, 17, 128, 0},
-        Case{DType::kFloat32, DType::kFloat32, true, true, 9, 4096, 4},
         Case{DType::kBFloat16, DType::kBFloat16, true, true, 1000, 8, 0},
+        Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1000, 0},
+        Case{DType::kFloat32, DType::kFloat32, true, true, 3, 1000, 0},
         Case{DType::kBFloat16, DType::kBFloat16, false, false, 3, 5120, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 40, 8192, 0},
-        // forward cached, backward uncached (row longer than the cached backward holds)
+        // forward cached; backward cached with 4 vectors of one row per thread (too long for 1 vector x 2 rows)
         Case{DType::kBFloat16, DType::kFloat32, true, true, 12, 16384, 0},
+        Case{DType::kFloat32, DType::kFloat32, true, true, 3, 8192, 0},
+        // forward cached at its longest (1024 threads); backward uncached
+        Case{DType::kBFloat16, DType::kBFloat16, true, true, 4, 32768, 0},
         // uncached kernels: odd lengths, unaligned rows, rows too long to cache
         Case{DType::kBFloat16, DType::kBFloat16, true, true, 5, 123, 0},
+        Case{DType::kFloat16, DType::kFloat32, true, true, 3, 65, 0},
+        Case{DType::kBFloat16, DType::kFloat32, false, true, 257, 65, 0},
         Case{DType::kFloat32, DType::kFloat32, true, true, 3, 65537, 0},
         Case{DType::kFloat16, DType::kFloat32, true, true, 4, 4096, 1},
         Case{DType::kBFloat16, DType::kBFloat16, true, false, 6, 65536, 0},
-        Case{DType::kFloat32, DType::kFloat32, true, true, 1, 1, 0}),
+        Case{DType::kFloat32, DType::kFloat32, true, true, 1, 1, 0},
+        Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1, 0}),
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       return std::string(short_name(std::get<0>(c))) + "_p" + short_name(std::get<1>(c)) +
              (std::get<2>(c) ? "_w" : "") + (std::get<3>(c) ? "_b" : "") + "_" + std::to_string(std::get<4>(c)) +
              "x" + std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
     });
+
+// The tuning knobs (src/layer_norm/layer_norm_cuda.cu) pick other kernels (vectors per thread, rows per thread,
+// uncached, L2 prefetch): each setting runs the Shapes suite again in a child process, since the knobs are read once
+// per process.
+TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  for (const char* knob : {"TIGON_LAYER_NORM_FWD_NV", "TIGON_LAYER_NORM_BWD_NV", "TIGON_LAYER_NORM_BWD_ROWS",
+                           "TIGON_LAYER_NORM_PREFETCH"})
+    if (std::getenv(knob)) GTEST_SKIP() << "a knob is set: this process is one of the variant runs";
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (const char* knobs : {"TIGON_LAYER_NORM_PREFETCH=1",
+                            "TIGON_LAYER_NORM_FWD_NV=2 TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 "
+                            "TIGON_LAYER_NORM_PREFETCH=1",
+                            "TIGON_LAYER_NORM_FWD_NV=1 TIGON_LAYER_NORM_BWD_NV=4 TIGON_LAYER_NORM_BWD_ROWS=2",
+                            "TIGON_LAYER_NORM_FWD_NV=4 TIGON_LAYER_NORM_BWD_NV=4 TIGON_LAYER_NORM_BWD_ROWS=1",
+                            "TIGON_LAYER_NORM_BWD_NV=1"}) {
+    const std::string cmd =
+        std::string("env ") + knobs + " '" + self + "' --gtest_brief=1 --gtest_filter='Shapes/LayerNormCuda.*'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << knobs;
+  }
+}
 
 TEST(LayerNormCudaApi, WorkspaceTooSmallIsAnError) {
   SKIP_WITHOUT_GPU();

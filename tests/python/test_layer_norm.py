@@ -2,6 +2,10 @@
 gradient for every dtype, weight/bias present or absent, odd and strided shapes, in-place backward, torch.compile,
 CUDA graphs, determinism, > 2^31 elements, bad input."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -58,8 +62,12 @@ def run_and_check(x, w, b, eps=1e-5, in_place=False):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,p_dtype", DTYPE_PAIRS)
 @pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
-@pytest.mark.parametrize("shape", [(5, 123), (3, 65537), (1, 1), (2, 3, 64), (64, 4096), (8, 8192), (4, 16384)])
+@pytest.mark.parametrize("shape", [(5, 123), (3, 65), (3, 65537), (1, 1), (257, 1), (2, 3, 64), (257, 1000), (1, 4096),
+                                   (64, 4096), (8, 8192), (4, 16384), (2, 32768)])
 def test_matches_float64_reference(device, dtype, p_dtype, has_w, has_b, shape):
+    # The size classes of the kernels (see tests/cpp/test_layer_norm_cuda.cpp): rows shorter than a warp, padded
+    # vectors (1000), one row per block slot (4096, 8192), the longest cached rows (16384 backward, 32768 forward),
+    # and uncached odd, long or single-element rows; 1, 3 and 257 rows leave the second row of a backward pair empty.
     if device == "cpu" and shape[-1] >= 8192 and (has_w, has_b) != (True, True):
         pytest.skip("long rows on the CPU: one parameter combination is enough")
     x, w, b = make_inputs(shape, dtype, p_dtype, device, has_w, has_b)
@@ -210,6 +218,25 @@ def test_more_than_2_31_elements():
     xhat = (xf - xf.mean(-1, keepdim=True)) * torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + 1e-5)
     assert_close(dw, (dy.float() * xhat).sum(0).double(), name="dw")
     assert_close(db, dy.float().sum(0).double(), name="db")
+
+
+# The tuning knobs (src/layer_norm/layer_norm_cuda.cu) are read once per process: each setting reruns the CUDA
+# reference tests above in a child process.
+KNOB_SETTINGS = [dict(PREFETCH="1"), dict(FWD_NV="2", BWD_NV="2", BWD_ROWS="1", PREFETCH="1"),
+                 dict(FWD_NV="1", BWD_NV="4", BWD_ROWS="2"), dict(FWD_NV="4", BWD_NV="4", BWD_ROWS="1"),
+                 dict(BWD_NV="1")]
+
+
+@needs_cuda
+@pytest.mark.parametrize("knobs", KNOB_SETTINGS, ids=lambda k: "-".join(f"{n.lower()}{v}" for n, v in k.items()))
+def test_every_knob_setting_matches_reference(knobs):
+    if any(k.startswith("TIGON_LAYER_NORM_") for k in os.environ):
+        pytest.skip("a knob is set: this process is one of the variant runs")
+    env = dict(os.environ, **{f"TIGON_LAYER_NORM_{n}": v for n, v in knobs.items()})
+    tests = "(matches_float64_reference or strided_rows or in_place_backward) and cuda or deterministic"
+    run = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-k", tests],
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
 
 
 # ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
