@@ -105,4 +105,6 @@ def time_checked(op: str, label: str, shape, fns: dict, checks: dict, time, nbyt
             res = make_result(ctx, op, name, shape, nbytes, error=f"{type(e).__name__}: {e}")
         results.append(res)
         synchronize(ctx.device)
+        if ctx.device.type == "cuda":  # hand back what this implementation's graphs and copies held: the next one
+            torch.cuda.empty_cache()    # starts from the same clean allocator (timings drifted run to run without)
     return results
