@@ -1,5 +1,6 @@
 // Fused linear + cross entropy C API: the chunk plan, argument validation, then the CPU reference or the CUDA path.
 #include <algorithm>
+#include <initializer_list>
 #include <utility>
 
 #include "common/device.h"
@@ -33,6 +34,8 @@ void check_x_weight(const tigon_tensor& xt, const tigon_tensor& wt, RowMatrix& x
   check_dtype_in(w.dtype, "weight", {x.dtype});
   if (w.cols != x.cols) fail_arg("weight", "has hidden size ", w.cols, " but x has ", x.cols);
   if (w.rows == 0) fail_arg("weight", "needs at least one class (V = 0)");
+  for (RowMatrix* m : {&x, &w})  // a lone row's stride is arbitrary; the GEMMs want a leading dimension >= H
+    if (m->rows <= 1) m->row_stride = m->cols;
   if (is_cuda(xt) && x.cols % 8 != 0)
     fail_arg("x", "hidden size ", x.cols, " must be a multiple of 8 on the CUDA path (16-byte rows for the GEMMs)");
 }
@@ -150,6 +153,7 @@ tigon_status_t tigon_fused_linear_cross_entropy_fwd(
       check_dtype_in(p.dx.dtype, "dx", {dt});
       if (p.dx.rows != N || p.dx.cols != H)
         fail_arg("dx", "must have ", N, " rows of ", H, " like x, got ", p.dx.rows, " rows of ", p.dx.cols);
+      if (N <= 1) p.dx.row_stride = H;
     }
     const bool low = dt != DType::kFloat32;
     if (dw) {
