@@ -140,8 +140,8 @@ def test_one_chunk_and_many_chunks_agree(device):
         for name, a, c in zip(("loss", "dx", "dw", "db"), runs[0], other):
             if device == "cpu":  # the reference is chunk-free: the same bits
                 assert torch.equal(a, c), name
-            else:  # GEMMs of other sizes may sum in another order
-                assert_close(a, c.double(), name=name)
+            else:  # GEMMs of other sizes may round a logit the other way: the inputs' precision bounds the rest
+                assert_close(a, c.double(), torch.bfloat16, name=name)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -219,7 +219,7 @@ def test_same_as_linear_then_cross_entropy_op(device):
     x, w, t, _ = make_inputs(20, 64, 333, torch.bfloat16, device, ignored=2)
     fused = fused_linear_cross_entropy(x, w, t, label_smoothing=0.1, reduction="none", chunk_rows=7)
     plain = cross_entropy((x @ w.T).detach(), t, label_smoothing=0.1, reduction="none")
-    assert_close(fused, plain.double(), name="loss")
+    assert_close(fused, plain.double(), x.dtype, name="loss")  # torch's GEMM may round a logit the other way
 
 
 @pytest.mark.parametrize("device", DEVICES)
