@@ -12,6 +12,7 @@
 
 #include "tigon/cross_entropy.h"
 #include "tigon/error.hpp"
+#include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/layer_norm.h"
 #include "tigon/rms_norm.h"
 #include "tigon/rope.h"
@@ -224,6 +225,33 @@ inline void cross_entropy_fwd(const TensorView& logits, const TensorView& target
 
 inline void cross_entropy_bwd(const TensorView& grad, const TensorView& grad_output, void* stream = nullptr) {
   check(tigon_cross_entropy_bwd(grad, grad_output, stream));
+}
+
+// Workspace bytes (0 on the CPU) and tokens per chunk.
+inline std::pair<size_t, int64_t> fused_linear_cross_entropy_workspace_size(
+    const TensorView& x, const TensorView& weight, tigon_fused_linear_cross_entropy_params params) {
+  size_t bytes = 0;
+  int64_t rows = 0;
+  check(tigon_fused_linear_cross_entropy_workspace_size(x, weight, params, &bytes, &rows));
+  return {bytes, rows};
+}
+
+inline void fused_linear_cross_entropy_fwd(const TensorView& x, const TensorView& weight, const TensorView* bias,
+                                           const TensorView& target, const TensorView* class_weight,
+                                           const TensorView* grad_output, const TensorView& loss,
+                                           const TensorView* z_loss, const TensorView* accuracy, const TensorView* dx,
+                                           const TensorView* dw, const TensorView* db,
+                                           tigon_fused_linear_cross_entropy_params params, void* workspace,
+                                           size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_fused_linear_cross_entropy_fwd(x, weight, detail::opt(bias), target, detail::opt(class_weight),
+                                             detail::opt(grad_output), loss, detail::opt(z_loss),
+                                             detail::opt(accuracy), detail::opt(dx), detail::opt(dw),
+                                             detail::opt(db), params, workspace, workspace_bytes, stream));
+}
+
+inline void fused_linear_cross_entropy_bwd(const TensorView* dx, const TensorView* dw, const TensorView* db,
+                                           const TensorView& grad_output, void* stream = nullptr) {
+  check(tigon_fused_linear_cross_entropy_bwd(detail::opt(dx), detail::opt(dw), detail::opt(db), grad_output, stream));
 }
 
 }  // namespace tigon

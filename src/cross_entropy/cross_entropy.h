@@ -33,6 +33,11 @@ struct BwdProblem {
 // Workspace of the CUDA path: totals (W, C, sum of class weights) then three fp32 values per row.
 size_t fwd_workspace_bytes(int64_t rows);
 
+// Argument checks shared with the ops built on cross entropy (cross_entropy_api.cpp): the options, and on the CPU
+// the targets (outside [0, V) and not ignore_index is an error naming 'target').
+void check_params(const tigon_cross_entropy_params& p);
+void check_targets_on_host(const FwdProblem& p);
+
 // CPU reference: fp64 accumulation, written for clarity (cross_entropy_ref.cpp).
 void fwd_cpu(const FwdProblem& p);
 void bwd_cpu(const BwdProblem& p);

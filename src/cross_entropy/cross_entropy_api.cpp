@@ -11,6 +11,18 @@
 namespace tigon::cross_entropy {
 namespace {
 
+// An fp32 output with one element per row (NONE) or one element in all.
+float* check_output(const tigon_tensor* t, const char* arg, const tigon_tensor& logits, int64_t n) {
+  const tigon_tensor& o = require(t, arg);
+  check_same_device(logits, "logits", o, arg);
+  check_dtype_in(dtype_of(o, arg), arg, {DType::kFloat32});
+  return static_cast<float*>(as_vector(o, arg, n));
+}
+
+}  // namespace
+
+size_t fwd_workspace_bytes(int64_t rows) { return size_t(4 + 3 * rows) * sizeof(float); }
+
 void check_params(const tigon_cross_entropy_params& p) {
   if (!(p.label_smoothing >= 0.f && p.label_smoothing <= 1.f))
     fail_arg("label_smoothing", "must be in [0, 1], got ", p.label_smoothing);
@@ -22,14 +34,6 @@ void check_params(const tigon_cross_entropy_params& p) {
     fail_arg("reduction", "must be 0 (none), 1 (mean) or 2 (sum), got ", p.reduction);
 }
 
-// An fp32 output with one element per row (NONE) or one element in all.
-float* check_output(const tigon_tensor* t, const char* arg, const tigon_tensor& logits, int64_t n) {
-  const tigon_tensor& o = require(t, arg);
-  check_same_device(logits, "logits", o, arg);
-  check_dtype_in(dtype_of(o, arg), arg, {DType::kFloat32});
-  return static_cast<float*>(as_vector(o, arg, n));
-}
-
 // CPU only: a target outside [0, V) is the caller's mistake; the CUDA path marks the row NaN instead (no sync).
 void check_targets_on_host(const FwdProblem& p) {
   for (int64_t i = 0; i < p.logits.rows; ++i) {
@@ -39,10 +43,6 @@ void check_targets_on_host(const FwdProblem& p) {
                p.ignore_index);
   }
 }
-
-}  // namespace
-
-size_t fwd_workspace_bytes(int64_t rows) { return size_t(4 + 3 * rows) * sizeof(float); }
 
 }  // namespace tigon::cross_entropy
 

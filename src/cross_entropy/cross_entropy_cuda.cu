@@ -124,6 +124,17 @@ KernelChoice row_kernel_choice() {
   return env;
 }
 
+void launch_totals(const RowArgs& a, float* totals, cudaStream_t stream) {
+  totals_kernel<<<1, kSerialThreads, 0, stream>>>(a, totals);
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+void launch_finish(const RowArgs& a, float* loss, float* z_loss, float* accuracy, int reduction,
+                   cudaStream_t stream) {
+  finish_kernel<<<1, kSerialThreads, 0, stream>>>(a, Outputs{loss, z_loss, accuracy, reduction});
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
 void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   float* ws = static_cast<float*>(workspace);
@@ -148,15 +159,13 @@ void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   a.row_z = a.row_ce + rows;
   a.row_correct = a.row_z + rows;
 
-  totals_kernel<<<1, kSerialThreads, 0, s>>>(a, ws);
-  TIGON_CUDA_CHECK_LAUNCH();
+  launch_totals(a, ws, s);
   if (rows > 0) {
     const bool vec = rows_aligned(p.logits) && (!p.grad.data || rows_aligned(p.grad));
     const KernelChoice k = row_kernel_choice();
     TIGON_SWITCH_FLOAT(p.logits.dtype, T, g_last_kernel = launch_rows_as<T>(a, vec, k, s));
   }
-  finish_kernel<<<1, kSerialThreads, 0, s>>>(a, Outputs{p.loss, p.z_loss, p.accuracy, p.reduction});
-  TIGON_CUDA_CHECK_LAUNCH();
+  launch_finish(a, p.loss, p.z_loss, p.accuracy, p.reduction, s);
 }
 
 void bwd_cuda(const BwdProblem& p, void* stream) {

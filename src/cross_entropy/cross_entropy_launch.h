@@ -53,4 +53,10 @@ const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStrea
 template <class T>
 void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream);
 
+// The one-block kernels around the row kernel (cross_entropy_cuda.cu), for ops that run the row kernel over chunks
+// of rows (fused linear + cross entropy): the totals of all a.rows rows into `totals` before the first chunk, and the
+// outputs from the per-row partials of all a.rows rows after the last.
+void launch_totals(const RowArgs& a, float* totals, cudaStream_t stream);
+void launch_finish(const RowArgs& a, float* loss, float* z_loss, float* accuracy, int reduction, cudaStream_t stream);
+
 }  // namespace tigon::cross_entropy

@@ -74,4 +74,28 @@ TEST(CppLayer, SwigluAndCrossEntropy) {
   }, "target");
 }
 
+TEST(CppLayer, FusedLinearCrossEntropy) {
+  // x = 0: every logit is 0, the loss is log(V), and dW row v = (p_v - [v == t]) x = 0.
+  std::vector<float> x(2 * 8, 0.f), w(4 * 8, 1.f), dx(16), dw(32), loss(1), half{0.5f};
+  std::vector<int64_t> target{1, 3};
+  TensorView xv(x.data(), {2, 8}, dt::float32), wv(w.data(), {4, 8}, dt::float32), tv(target.data(), {2}, dt::int64),
+      lossv(loss.data(), {}, dt::float32), dxv(dx.data(), {2, 8}, dt::float32), dwv(dw.data(), {4, 8}, dt::float32),
+      hv(half.data(), {}, dt::float32);
+  tigon_fused_linear_cross_entropy_params p{};
+  p.ce = {-100, 0.f, 0.f, 0.f, TIGON_REDUCTION_MEAN};
+  const auto [bytes, rows] = tigon::fused_linear_cross_entropy_workspace_size(xv, wv, p);
+  EXPECT_EQ(bytes, 0u);  // the CPU path needs none
+  EXPECT_EQ(rows, 2);
+  tigon::fused_linear_cross_entropy_fwd(xv, wv, nullptr, tv, nullptr, nullptr, lossv, nullptr, nullptr, &dxv, &dwv,
+                                        nullptr, p, nullptr, 0);
+  EXPECT_NEAR(loss[0], std::log(4.f), 1e-6f);
+  EXPECT_NEAR(dx[0], 0.f, 1e-7f);  // sum over v of (p_v - [v == t]) * 1
+  tigon::fused_linear_cross_entropy_bwd(&dxv, &dwv, nullptr, hv);
+  TensorView short_target(target.data(), {1}, dt::int64);
+  expect_error_naming([&] {
+    tigon::fused_linear_cross_entropy_fwd(xv, wv, nullptr, short_target, nullptr, nullptr, lossv, nullptr, nullptr,
+                                          nullptr, nullptr, nullptr, p, nullptr, 0);
+  }, "target");
+}
+
 }  // namespace

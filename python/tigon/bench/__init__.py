@@ -3,7 +3,7 @@
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in BENCHMARKS.
 """
 
-from tigon.bench import cross_entropy, layer_norm, rms_norm, rope, swiglu
+from tigon.bench import cross_entropy, fused_linear_cross_entropy, layer_norm, rms_norm, rope, swiglu
 
 BENCHMARKS = {
     "rms_norm": rms_norm.run,
@@ -11,4 +11,5 @@ BENCHMARKS = {
     "rope": rope.run,
     "swiglu": swiglu.run,
     "cross_entropy": cross_entropy.run,
+    "fused_linear_cross_entropy": fused_linear_cross_entropy.run,
 }

@@ -1,10 +1,11 @@
 """Drop-in torch.nn modules backed by Tigon's ops."""
 
 from tigon.nn.cross_entropy import CrossEntropyLoss
+from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.rms_norm import GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.swiglu import GemmaMLP, LlamaMLP, Phi3MLP
 
-__all__ = ["CrossEntropyLoss", "GemmaMLP", "GemmaRMSNorm", "LayerNorm", "LlamaMLP", "Phi3MLP", "RMSNorm",
-           "apply_rotary_pos_emb"]
+__all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "GemmaMLP", "GemmaRMSNorm", "LayerNorm", "LlamaMLP",
+           "Phi3MLP", "RMSNorm", "apply_rotary_pos_emb"]

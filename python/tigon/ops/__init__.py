@@ -1,9 +1,11 @@
 """Tigon's torch ops. Each op family has one module here; its kernels live in src/<op>/."""
 
 from tigon.ops.cross_entropy import cross_entropy
+from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.rms_norm import rms_norm
 from tigon.ops.rope import rope
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
-__all__ = ["cross_entropy", "geglu", "geglu_fused", "layer_norm", "rms_norm", "rope", "swiglu", "swiglu_fused"]
+__all__ = ["cross_entropy", "fused_linear_cross_entropy", "geglu", "geglu_fused", "layer_norm", "rms_norm", "rope",
+           "swiglu", "swiglu_fused"]

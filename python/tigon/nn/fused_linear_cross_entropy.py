@@ -1,0 +1,47 @@
+"""FusedLinearCrossEntropyLoss: the lm_head projection and the loss in one, without the [N, V] logits."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
+
+
+class FusedLinearCrossEntropyLoss(nn.Module):
+    """loss(lin_weight, _input, target, bias=None) = cross entropy of _input @ lin_weight.T + bias against target.
+
+    The call takes Liger-Kernel's LigerFusedLinearCrossEntropyLoss arguments in the same order, so it drops in where
+    that one is used (the weight is the model's lm_head.weight, not owned here). The options are
+    tigon.ops.fused_linear_cross_entropy's; ce_weight (class weights) is a buffer, like torch's CrossEntropyLoss
+    weight. With return_z_loss / return_token_accuracy the call returns a tuple (loss, [z_loss], [accuracy]).
+    """
+
+    def __init__(self, ce_weight: torch.Tensor | None = None, ignore_index: int = -100, lse_square_scale: float = 0.0,
+                 label_smoothing: float = 0.0, reduction: str = "mean", softcap: float | None = None,
+                 return_z_loss: bool = False, return_token_accuracy: bool = False, memory_budget: int | None = None,
+                 dw_accumulation: str = "fp32") -> None:
+        super().__init__()
+        self.register_buffer("ce_weight", ce_weight)
+        self.ignore_index = ignore_index
+        self.lse_square_scale = lse_square_scale
+        self.label_smoothing = label_smoothing
+        self.reduction = reduction
+        self.softcap = softcap
+        self.return_z_loss = return_z_loss
+        self.return_token_accuracy = return_token_accuracy
+        self.memory_budget = memory_budget
+        self.dw_accumulation = dw_accumulation
+
+    def forward(self, lin_weight: torch.Tensor, _input: torch.Tensor, target: torch.Tensor,
+                bias: torch.Tensor | None = None):
+        return fused_linear_cross_entropy(
+            _input, lin_weight, target, bias, self.ce_weight, self.ignore_index, self.label_smoothing,
+            self.lse_square_scale, self.softcap, self.reduction, self.return_z_loss, self.return_token_accuracy,
+            self.memory_budget, dw_accumulation=self.dw_accumulation)
+
+    def extra_repr(self) -> str:
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+                f"label_smoothing={self.label_smoothing}, lse_square_scale={self.lse_square_scale}, "
+                f"softcap={self.softcap}, memory_budget={self.memory_budget}, "
+                f"dw_accumulation={self.dw_accumulation!r}")
