@@ -261,7 +261,11 @@ def test_torch_compile_fullgraph_equals_eager(device, reduction):
     g_eager = torch.autograd.grad(eager[0], (x, w))
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")(x, w, t)
     g_compiled = torch.autograd.grad(compiled[0], (x, w))
-    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    if reduction == "none":  # the test's own .sum() of the per-token losses is inductor's, in its own order
+        torch.testing.assert_close(compiled[0], eager[0], rtol=1e-6, atol=0)
+        assert torch.equal(eager[1], compiled[1])
+    else:
+        assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
     for a, c in zip(g_eager, g_compiled):
         assert torch.equal(a, c)
 
