@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <mutex>
+#include <set>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -72,39 +76,59 @@ inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d)
   return p;
 }
 
-// Lets a kernel use all the opt-in shared memory; once per kernel and device (a host call costs microseconds).
-template <class Kernel>
-void allow_max_smem(Kernel kernel, const DeviceLimits& d) {
+// Lets a kernel use all the opt-in shared memory: once per kernel and device (a host call costs microseconds). Keyed
+// by the kernel's address: every instantiation has the same type, and each needs its own attribute.
+inline void allow_max_smem(const void* kernel, const DeviceLimits& d, int dev) {
   static std::mutex mu;
-  static std::vector<bool> done;
-  int dev = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::set<std::pair<int, const void*>> done;
   std::lock_guard<std::mutex> lock(mu);
-  if (dev < int(done.size()) && done[dev]) return;
+  if (!done.insert({dev, kernel}).second) return;
   cudaFuncAttributes attr{};
   TIGON_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         d.smem_block - int(attr.sharedSizeBytes)));
-  if (dev >= int(done.size())) done.resize(dev + 1, false);
-  done[dev] = true;
 }
 
+// Whether at least one cluster of this shape can be resident (the launch fails otherwise: a cluster's blocks must fit
+// in one GPC at once), asked once per kernel, device and shape.
+inline bool cluster_fits(const void* kernel, const cudaLaunchConfig_t& cfg, int dev) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, unsigned, unsigned, size_t>, bool> cache;
+  const auto key = std::make_tuple(dev, kernel, cfg.attrs[0].val.clusterDim.x, cfg.blockDim.x, cfg.dynamicSmemBytes);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  const bool ok = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess && n > 0;
+  if (!ok) (void)cudaGetLastError();  // a refused query is an answer, not an error to report later
+  return cache[key] = ok;
+}
+
+// Launches the cluster kernel with plan p; false (and nothing launched, no error left behind) when the cluster
+// cannot be placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, bool kCap>
-void launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
+bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
+  if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
   const auto kernel = kern::cluster_rows_kernel<T, kCap>;
-  allow_max_smem(kernel, d);
+  const void* key = reinterpret_cast<const void*>(kernel);
+  int dev = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  allow_max_smem(key, d, dev);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(p.csize);
   attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // one cluster per row
+  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // one cluster per row: a multiple of the cluster size
   cfg.blockDim = dim3(unsigned(p.threads));
   cfg.dynamicSmemBytes = p.smem;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  TIGON_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, p.sh));
+  if (!cluster_fits(key, cfg, dev)) return false;
+  if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
+  (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
+  return false;
 }
 
 template <class T, bool kCap>
@@ -136,13 +160,18 @@ template <class T>
 const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(T);
   const bool cap = a.softcap > 0.f;
+  static const char* const names[] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
   if (vec && k.kind == RowKernel::kCluster) {
+    // The planned size first, then any other that fits; never a launch error for the choice of size.
     const DeviceLimits d = device_limits();
-    const ClusterPlan p = cluster_plan(a.cols / V, k.cluster, d);
-    if (p.csize > 0 && a.rows <= INT_MAX / p.csize) {
-      cap ? launch_cluster<T, true>(a, p, d, stream) : launch_cluster<T, false>(a, p, d, stream);
-      static const char* const names[] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
-      return names[p.csize];
+    const auto launch = [&](const ClusterPlan& p) {
+      return cap ? launch_cluster<T, true>(a, p, d, stream) : launch_cluster<T, false>(a, p, d, stream);
+    };
+    const ClusterPlan first = cluster_plan(a.cols / V, k.cluster, d);
+    if (launch(first)) return names[first.csize];
+    for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
+      const ClusterPlan p = cluster_plan(a.cols / V, c, d);
+      if (p.csize == c && c != first.csize && launch(p)) return names[c];
     }
   }
   if (vec && k.kind == RowKernel::kL2) {
