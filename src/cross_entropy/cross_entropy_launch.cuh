@@ -73,7 +73,7 @@ inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d)
   // Pieces of whole groups per thread (the statistics start on the first; 16 KB at 256 threads), at most kMaxPieces.
   const int64_t group = int64_t(p.threads) * kern::kClusterUnroll;
   const int64_t pieces = std::clamp<int64_t>((p.sh.slice_vecs + group - 1) / group, 1, kern::kMaxPieces);
-  p.sh.piece_vecs = (p.sh.slice_vecs + pieces - 1) / pieces;
+  p.sh.piece_vecs = ((p.sh.slice_vecs + pieces - 1) / pieces + group - 1) / group * group;  // rounding up: <= pieces
   p.smem = size_t(p.sh.slice_vecs) * 16;
   return p;
 }
