@@ -3,8 +3,9 @@ the forward with the gradient written over the logits (the backward is a scale s
 against the bytes of one read and one write of the logits. Also for Nsight Compute:
 `ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster l2 classic`.
 
-    python3 scripts/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [variant ...]
-Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, l2, classic.
+    python3 scripts/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [--loss-only] [variant ...]
+Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, l2, classic. --loss-only times the
+forward without a gradient (one read of the logits; the bytes are those of the read).
 """
 import argparse
 import ctypes
@@ -23,6 +24,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="8192x128256")
 ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
+ap.add_argument("--loss-only", action="store_true")
 ap.add_argument("variants", nargs="*", default=["cluster", "cluster2", "cluster4", "cluster8", "l2", "classic"])
 args = ap.parse_args()
 
@@ -32,8 +34,11 @@ gen = torch.Generator(device=dev).manual_seed(0)
 x0 = (torch.randn(M, V, generator=gen, device=dev) * 2).to(getattr(torch, args.dtype))
 t = torch.randint(0, V, (M,), generator=gen, device=dev)
 t[::17] = -100
-nbytes = 2 * M * V * x0.element_size()
-fwd_ = torch.ops.tigon.cross_entropy_fwd_  # (logits, target, weight, ignore_index, smoothing, z, softcap, reduction)
+nbytes = (1 if args.loss_only else 2) * M * V * x0.element_size()
+if args.loss_only:  # (logits, target, weight, ignore_index, smoothing, z, softcap, reduction, need_grad)
+    fwd_ = lambda x, *a: torch.ops.tigon.cross_entropy_fwd(x, *a, False)  # noqa: E731
+else:  # the gradient written over the logits
+    fwd_ = torch.ops.tigon.cross_entropy_fwd_
 
 ref = None
 for name in args.variants:

@@ -1,34 +1,223 @@
-// Cross entropy: the per-row math every row kernel shares (online statistics, the row's outputs, the gradient of a
-// vector of logits) and the classic row kernel. The classic kernel is one block per row (grid-stride over rows):
-// pass 1 reads the row for the online max and sum of exponentials (plus the argmax and, with label smoothing, the
-// weighted sum of the logits); pass 2 reads it again (from L2 when it is still there) and writes the gradient,
-// possibly over the logits. It takes any row; cross_entropy_resident.cuh has the kernels that read a row from DRAM
-// once. All math in fp32, 64-bit offsets, no atomics.
+// Cross entropy: the per-row math every row kernel shares (online statistics over groups of 16-byte vectors, the
+// row's outputs, the gradient of a vector) and the row kernels that read the row twice: `classic` (one block per row)
+// and `l2` (a persistent block per SM, the second read from L2). cross_entropy_resident.cuh has the cluster kernel,
+// which reads a row from DRAM once. All math in fp32, 64-bit offsets, no atomics.
+//
+// Per-element work is the compute (1.05 G elements per pass at 8192 x 128256; the SFU's 16 ex2 per SM cycle alone
+// take ~0.27 ms a pass on an H200), so the hot loops keep to: the bf16 unpack (a shift or a mask), the exponent (one
+// FFMA in the exp2 domain, one ex2.approx), the sum (one FADD) and in pass 1 a share of the group's maximum (packed
+// 16-bit max, 3 inputs at a time); pass 2 instead packs and stores. Everything else is once per group of vectors (the
+// running-max test), once per row (the argmax column, the target's one-hot term) or compiled out (softcap and label
+// smoothing: template options).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
+#include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
 
 namespace tigon::cross_entropy::kern {
 
-using cuda::load_vec;
-using cuda::store_vec;
+using cuda::from_f;
+using cuda::to_f;
 
-constexpr int kMaxThreads = 512;
+constexpr int kMaxThreads = 512;  // classic
+constexpr int kL2Threads = 1024;  // l2: one block per SM
+
+// Compile-time options of a row kernel; the plain case (0) carries none of their per-element work. The z-loss and
+// class weights without smoothing change only per-row coefficients and need no option.
+enum Opt : int { kCap = 1, kSmooth = 2 };
+inline int options_of(const RowArgs& a) { return (a.softcap > 0.f ? kCap : 0) | (a.smoothing > 0.f ? kSmooth : 0); }
+
+template <class T>
+constexpr int kVec = 16 / int(sizeof(T));  // elements per 16-byte vector
+
+// Vector indices within a row are 32-bit in the hot loops (one IMAD.WIDE per address instead of 64-bit pairs): rows
+// of this many vectors or more (16 GB) take the scalar kernel.
+constexpr int64_t kMaxRowVecs = int64_t(1) << 30;
+
+// exp(x - m) is computed as 2^(x log2e - m log2e): one FMA and one SFU instruction (ex2.approx, 2 ulp) per element.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// softcap tanh(x / softcap), the division as a product (one FMUL instead of a full-precision divide per element).
+template <int O>
+__device__ __forceinline__ float capped(float x, const RowArgs& a) {
+  if constexpr ((O & kCap) != 0) return a.softcap * tanhf(x * a.inv_softcap);
+  return x;
+}
+
+__device__ __forceinline__ float weight_of(const RowArgs& a, int64_t c) { return a.weight ? __ldg(a.weight + c) : 1.f; }
+
+// A 32-bit word of T as floats. bf16 is the top half of an fp32, so a shift (even element) or a mask (odd element);
+// fp16 through the half->float conversion; fp32 as is.
+template <class T>
+__device__ __forceinline__ void unpack_word(uint32_t w, float (&x)[4 / sizeof(T)]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    x[0] = __uint_as_float(w << 16);
+    x[1] = __uint_as_float(w & 0xffff0000u);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    __half2 h;
+    memcpy(&h, &w, 4);
+    const float2 f = __half22float2(h);
+    x[0] = f.x;
+    x[1] = f.y;
+  } else {
+    x[0] = __uint_as_float(w);
+  }
+}
+
+// One 16-byte vector as floats.
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& u, float (&x)[kVec<T>]) {
+  constexpr int P = 4 / sizeof(T);  // elements per 32-bit word
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float y[P];
+    unpack_word<T>(w[i], y);
+#pragma unroll
+    for (int e = 0; e < P; ++e) x[P * i + e] = y[e];
+  }
+}
+
+// 32-bit word i of U vectors (a compile-time i after unrolling: a register).
+template <int U>
+__device__ __forceinline__ uint32_t word(const uint4 (&u)[U], int i) {
+  const uint4& v = u[i / 4];
+  return i % 4 == 0 ? v.x : i % 4 == 1 ? v.y : i % 4 == 2 ? v.z : v.w;
+}
+
+// The largest element of U vectors. 16-bit types compare two at a time in their own format (exact; sm_90 has a
+// 3-input packed max), then the two halves; NaNs are skipped as fmaxf skips them (they still reach the sum).
+template <class T, int U>
+__device__ __forceinline__ float group_max(const uint4 (&u)[U]) {
+  if constexpr (sizeof(T) == 2) {
+    using H2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    uint32_t w = word(u, 0);
+    H2 m, v;
+    memcpy(&m, &w, 4);
+#pragma unroll
+    for (int i = 1; i < 4 * U; ++i) {
+      w = word(u, i);
+      memcpy(&v, &w, 4);
+      m = __hmax2(m, v);
+    }
+    uint32_t mw;
+    memcpy(&mw, &m, 4);
+    float x[2];
+    unpack_word<T>(mw, x);
+    return fmaxf(x[0], x[1]);
+  } else {
+    float m = __uint_as_float(word(u, 0));
+#pragma unroll
+    for (int i = 1; i < 4 * U; ++i) m = fmaxf(m, __uint_as_float(word(u, i)));
+    return m;
+  }
+}
 
 // What one thread (then the block) knows about a row after pass 1.
 struct RowStats {
-  float m;        // running maximum of x'
-  float s;        // sum of exp(x' - m)
-  float best;     // largest raw logit ...
-  int64_t arg;    // ... and its first index (-1: none seen yet)
-  float wx;       // sum of w[c] * x'_c (label smoothing only)
+  float m = -INFINITY;     // running maximum of x'
+  float s = 0.f, s2 = 0.f;  // sum of 2^((x' - m) log2e), in two chains of adds
+  float nm2 = 0.f;         // -m log2e (0 while m = -inf): the addend of every exponent
+  float best = -INFINITY;  // largest raw logit ...
+  int64_t arg = -1;        // ... its first column (-1: none); while reading groups, the group's first column
+  float wx = 0.f;          // sum of w_c x'_c (label smoothing only)
 };
+
+__device__ __forceinline__ void rescale(RowStats& st, float m) {
+  const float f = exp2_fast((st.m - m) * kLog2e);  // 0 for the first finite maximum (st.m = -inf)
+  st.s *= f;
+  st.s2 *= f;
+  st.m = m;
+  st.nm2 = -m * kLog2e;
+}
+
+// Adds a group of U vectors. Vector j holds columns c0 + j * cstride + [0, V), increasing through the group, so the
+// first maximum is the first in (j, element) order. The group's maximum is tested once: only when it beats the
+// running one does the sum rescale and the group become the argmax candidate (resolve_arg finds the column later).
+template <class T, int O, int U>
+__device__ __forceinline__ void accumulate(RowStats& st, const uint4 (&u)[U], int64_t c0, int64_t cstride,
+                                           const RowArgs& a) {
+  constexpr int V = kVec<T>;
+  const float vm = group_max<T, U>(u);
+  float x[U][V];
+#pragma unroll
+  for (int j = 0; j < U; ++j) unpack<T>(u[j], x[j]);
+  if constexpr ((O & kCap) != 0) {
+    if (vm > st.best) {
+      st.best = vm;
+      st.arg = c0;
+    }
+    float cm = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < U; ++j)
+#pragma unroll
+      for (int e = 0; e < V; ++e) cm = fmaxf(cm, x[j][e] = capped<O>(x[j][e], a));
+    if (cm > st.m) rescale(st, cm);
+  } else if (vm > st.m) {  // x' = x: the running maximum is the best raw logit
+    rescale(st, vm);
+    st.best = vm;
+    st.arg = c0;
+  }
+#pragma unroll
+  for (int j = 0; j < U; ++j)
+#pragma unroll
+    for (int e = 0; e < V; ++e) (e % 2 ? st.s2 : st.s) += exp2_fast(fmaf(x[j][e], kLog2e, st.nm2));
+  if constexpr ((O & kSmooth) != 0) {
+#pragma unroll
+    for (int j = 0; j < U; ++j)
+#pragma unroll
+      for (int e = 0; e < V; ++e) st.wx += weight_of(a, c0 + j * cstride + e) * x[j][e];
+  }
+}
+
+// One logit at column c (tails, unaligned rows): its argmax column is known at once. A thread's first column wins
+// while it has seen no maximum (all -inf so far), as the first of equal values.
+template <int O>
+__device__ __forceinline__ void accumulate1(RowStats& st, float x, int64_t c, const RowArgs& a) {
+  if (x > st.best || st.arg < 0) {
+    st.best = x;
+    st.arg = c;
+  }
+  const float xc = capped<O>(x, a);
+  if (xc > st.m) rescale(st, xc);
+  st.s += exp2_fast(fmaf(xc, kLog2e, st.nm2));
+  if constexpr ((O & kSmooth) != 0) st.wx += weight_of(a, c) * xc;
+}
+
+// After the groups (before any tail): the candidate group's first column becomes the first column holding `best`.
+// load(c) reads the vector starting at column c; the row's vectors end at column end. A thread whose groups never
+// beat -inf takes its first column (first0, or none when it read no vector).
+template <class T, int U, class Load>
+__device__ __forceinline__ void resolve_arg(RowStats& st, int64_t cstride, int64_t first0, int64_t end, Load load) {
+  if (st.arg < 0) {
+    st.arg = first0 < end ? first0 : -1;
+    return;
+  }
+  for (int j = 0; j < U; ++j) {
+    const int64_t c = st.arg + j * cstride;
+    if (c >= end) break;
+    float x[kVec<T>];
+    unpack<T>(load(c), x);
+    for (int e = 0; e < kVec<T>; ++e)
+      if (x[e] == st.best) {
+        st.arg = c + e;
+        return;
+      }
+  }
+}
 
 __device__ __forceinline__ RowStats merge(const RowStats& a, const RowStats& b) {
   // Commutative bit for bit (so every lane of a butterfly ends with the same value).
@@ -42,8 +231,19 @@ __device__ __forceinline__ RowStats merge(const RowStats& a, const RowStats& b) 
   return r;
 }
 
+// The fields a merge reads, one by one (a whole-struct copy through a generic pointer, as into another block's
+// shared memory, compiled to byte stores).
+__device__ __forceinline__ void put(RowStats* dst, const RowStats& v) {
+  dst->m = v.m;
+  dst->s = v.s;
+  dst->best = v.best;
+  dst->arg = v.arg;
+  dst->wx = v.wx;
+}
+
 // The block's merged stats, in every thread. smem holds one RowStats per warp.
 __device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem) {
+  v.s += v.s2;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     RowStats other;
@@ -55,102 +255,90 @@ __device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem) {
     v = merge(v, other);
   }
   __syncthreads();  // the previous row's readers are done with smem
-  if ((threadIdx.x & 31) == 0) smem[threadIdx.x / 32] = v;
+  if ((threadIdx.x & 31) == 0) put(&smem[threadIdx.x / 32], v);
   __syncthreads();
   RowStats r = smem[0];
   for (int w = 1; w < int(blockDim.x / 32); ++w) r = merge(r, smem[w]);  // fixed order: deterministic
   return r;
 }
 
-template <bool kCap>
-__device__ __forceinline__ float capped(float x, float cap) {
-  if constexpr (kCap) return cap * tanhf(x / cap);
-  return x;
-}
-
-// exp(x - m) is computed as 2^(x * log2e - m * log2e): one FMA and one SFU instruction (ex2.approx, 2 ulp) per
-// element, which matters at ~4 elements per SM cycle.
-constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float exp2_fast(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Adds V consecutive logits starting at column c0 (in increasing column order per thread: the argmax keeps the first).
-template <bool kCap, int V>
-__device__ __forceinline__ void accumulate(RowStats& st, const float (&x)[V], int64_t c0, const RowArgs& a,
-                                           bool smooth) {
-  // The argmax of the raw logits: the vector's maximum first, its first index only when it beats the best so far.
-  float rm = x[0];
-#pragma unroll
-  for (int j = 1; j < V; ++j) rm = fmaxf(rm, x[j]);
-  if (rm > st.best || st.arg < 0) {
-    int first = 0;
-#pragma unroll
-    for (int j = V - 1; j >= 0; --j)
-      if (x[j] == rm) first = j;
-    st.best = rm;
-    st.arg = c0 + first;
-  }
-  float xc[V];
-  float cm = rm;  // without a cap the maximum of x' is the raw maximum
-#pragma unroll
-  for (int j = 0; j < V; ++j) xc[j] = capped<kCap>(x[j], a.softcap);
-  if constexpr (kCap) {
-    cm = xc[0];
-#pragma unroll
-    for (int j = 1; j < V; ++j) cm = fmaxf(cm, xc[j]);
-  }
-  if (cm > st.m) {
-    st.s *= exp2_fast((st.m - cm) * kLog2e);
-    st.m = cm;
-  }
-  if (st.m != -INFINITY) {  // NaN logits fall through to the sum and make it NaN, as they should
-    const float mk = st.m * kLog2e;
-#pragma unroll
-    for (int j = 0; j < V; ++j) st.s += exp2_fast(fmaf(xc[j], kLog2e, -mk));
-  }
-  if (smooth) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) st.wx += (a.weight ? __ldg(a.weight + c0 + j) : 1.f) * xc[j];
-  }
-}
-
-// The gradient of V consecutive elements starting at column c0 (see cross_entropy_ref.cpp for the same in fp64).
+// The gradient's coefficients (see cross_entropy_ref.cpp for the same in fp64):
+//   g_c = (a p_c - b w_c - (c == t ? d : 0)) dx'_c/dx_c,  p_c = 2^(x'_c log2e - lse log2e).
+// With 0 < a < inf (every row of the plain case), a moves into the exponent: a p_c = 2^(x'_c log2e + log2(a) - lse
+// log2e), so the plain gradient is one FFMA and one ex2 per element.
 struct GradCoef {
-  float lse2, a, b, d;  // g_c = (a * p_c - b * w_c - (c == t ? d : 0)) * dx'_c/dx_c, p_c = 2^(x'_c log2e - lse2)
+  float c;     // the exponent's addend: log2(a) - lse log2e when folded, else -lse log2e
+  float a, b, d;
+  bool fold;
   int64_t t;
 };
 
-template <bool kCap, int V>
-__device__ __forceinline__ void gradient(const float (&x)[V], float (&g)[V], int64_t c0, const GradCoef& k,
-                                         const RowArgs& a) {
-  float dcap[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    float xc = x[j];
-    dcap[j] = 1.f;
-    if constexpr (kCap) {
-      const float th = tanhf(x[j] / a.softcap);
-      xc = a.softcap * th;
-      dcap[j] = 1.f - th * th;
-    }
-    float v = k.a * exp2_fast(fmaf(xc, kLog2e, -k.lse2));
-    if (k.b != 0.f) v -= k.b * (a.weight ? __ldg(a.weight + c0 + j) : 1.f);
-    g[j] = v;
+template <int O, bool kFold>
+__device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, const GradCoef& k, const RowArgs& a) {
+  float xc = x, dcap = 1.f;
+  if constexpr ((O & kCap) != 0) {
+    const float th = tanhf(x * a.inv_softcap);
+    xc = a.softcap * th;
+    dcap = 1.f - th * th;
   }
-  // The target's column, at most one per row: one test per vector instead of a 64-bit compare per element.
-  const uint64_t jt = uint64_t(k.t - c0);
-  if (jt < uint64_t(V)) {
+  float g = exp2_fast(fmaf(xc, kLog2e, k.c));
+  if constexpr (!kFold) g *= k.a;
+  if constexpr ((O & kSmooth) != 0) g -= k.b * weight_of(a, c);
+  if (target) g -= k.d;
+  if constexpr ((O & kCap) != 0) g *= dcap;
+  return g;
+}
+
+// The gradient of the vector at columns [c0, c0 + V), packed. The target's term is not here: fix_target adds it.
+template <class T, int O, bool kFold>
+__device__ __forceinline__ uint4 grad_vec(const uint4& u, int64_t c0, const GradCoef& k, const RowArgs& a) {
+  float x[kVec<T>], g[kVec<T>];
+  unpack<T>(u, x);
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      if (uint64_t(j) == jt) g[j] -= k.d;
-  }
-  if constexpr (kCap) {
+  for (int e = 0; e < kVec<T>; ++e) g[e] = grad_elem<O, kFold>(x[e], c0 + e, false, k, a);
+  return cuda::pack16<T>(g);
+}
+
+// The target column's gradient, written over what its vector's store put there by the thread that stored it (so in
+// program order): one scalar store per row instead of a column test per element. xr: the raw target logit.
+template <class T, int O, bool kFold>
+__device__ __forceinline__ void fix_target(T* grad, float xr, const GradCoef& k, const RowArgs& a) {
+  grad[k.t] = from_f<T>(grad_elem<O, kFold>(xr, k.t, true, k, a));
+}
+
+// Pass 1 over this thread's vectors first, first + step, ... < end (vector indices in the row), U loads issued
+// together per group; load(k) reads vector k.
+template <class T, int O, int U, class Load>
+__device__ __forceinline__ void stats_pass(RowStats& st, uint32_t first, uint32_t end, uint32_t step, const RowArgs& a,
+                                           Load load) {
+  constexpr int V = kVec<T>;
+  uint32_t k = first;
+  for (; k + (U - 1) * step < end; k += U * step) {
+    uint4 u[U];
 #pragma unroll
-    for (int j = 0; j < V; ++j) g[j] *= dcap[j];
+    for (int j = 0; j < U; ++j) u[j] = load(k + j * step);
+    accumulate<T, O, U>(st, u, int64_t(k) * V, int64_t(step) * V, a);
   }
+  for (; k < end; k += step) {
+    const uint4 u[1] = {load(k)};
+    accumulate<T, O, 1>(st, u, int64_t(k) * V, int64_t(step) * V, a);
+  }
+}
+
+// Pass 2 over the same vectors: store(k, gradient of vector k).
+template <class T, int O, bool kFold, int U, class Load, class Store>
+__device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, uint32_t end, uint32_t step,
+                                          const RowArgs& a, Load load, Store store) {
+  constexpr int V = kVec<T>;
+  uint32_t k = first;
+  for (; k + (U - 1) * step < end; k += U * step) {
+    uint4 u[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) u[j] = load(k + j * step);
+#pragma unroll
+    for (int j = 0; j < U; ++j) store(k + j * step, grad_vec<T, O, kFold>(u[j], int64_t(k + j * step) * V, kc, a));
+  }
+  for (; k < end; k += step) store(k, grad_vec<T, O, kFold>(load(k), int64_t(k) * V, kc, a));
 }
 
 // The row's loss terms from its merged statistics (written when `writer`) and its gradient's coefficients. xt: the
@@ -172,11 +360,12 @@ __device__ __forceinline__ GradCoef finish_row(const RowArgs& a, int64_t row, in
   const float ce_scale = a.mean ? 1.f / a.totals[kWeightSum] : 1.f;
   const float z_scale = a.mean ? 1.f / a.totals[kCount] : 1.f;
   GradCoef k;
-  k.lse2 = lse * kLog2e;
   k.t = t;
   k.a = ce_scale * ((1.f - eps) * wt + eps_v * weight_all) + z_scale * 2.f * a.z_scale * lse;
   k.b = ce_scale * eps_v;
   k.d = ce_scale * (1.f - eps) * wt;
+  k.fold = k.a > 0.f && k.a < INFINITY;
+  k.c = (k.fold ? log2f(k.a) : 0.f) - lse * kLog2e;
   return k;
 }
 
@@ -189,54 +378,112 @@ __device__ __forceinline__ int64_t load_target(const RowArgs& a, int64_t row) {
   return a.target64 ? static_cast<const int64_t*>(a.target)[row] : int64_t(static_cast<const int32_t*>(a.target)[row]);
 }
 
-template <class T, int V, bool kCap>
-__global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
-  __shared__ RowStats smem[kMaxThreads / 32];
-  const bool smooth = a.smoothing > 0.f;
-  const int64_t nvec = a.cols / V, tail0 = nvec * V;  // V > 1: whole vectors, then a scalar tail
+// Runs f(std::true_type) when the row's gradient folds its scale into the exponent, else f(std::false_type): one
+// uniform branch per row picks between two compiled loops.
+template <class F>
+__device__ __forceinline__ void with_fold(const GradCoef& k, F f) {
+  if (k.fold)
+    f(std::true_type());
+  else
+    f(std::false_type());
+}
+
+// A row of 16-byte aligned vectors per block iteration (grid-stride over rows), U vectors in flight per thread.
+// classic: plain loads and stores, pass 2 re-reads the row from wherever it is (L2 or DRAM). l2 (kL2): pass 1 marks the
+// row evict-last in L2, pass 2 re-reads it evict-first and stores evict-first (132 rows of 250 KB in flight are 33 MB,
+// well inside the 60 MB L2).
+template <class T, int O, bool kL2>
+__device__ __forceinline__ void vec_rows(const RowArgs& a) {
+  constexpr int V = kVec<T>, U = kL2 && (O & kCap) ? 2 : 4;  // tanhf needs the registers of 1024-thread blocks
+  __shared__ RowStats smem[kL2Threads / 32];
+  const uint32_t nvec = uint32_t(a.cols / V), tid = threadIdx.x, step = blockDim.x;
+  const int64_t tail0 = int64_t(nvec) * V;
+  uint64_t keep = 0, drop = 0;
+  if constexpr (kL2) keep = cuda::l2_evict_last(), drop = cuda::l2_evict_first();
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
     T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
+    uint4* gv = reinterpret_cast<uint4*>(grad);
     const int64_t t = load_target(a, row);
     if (t == a.ignore_index) {  // uniform over the block: no loss, a zero gradient row
-      if (threadIdx.x == 0) write_ignored(a, row);
+      if (tid == 0) write_ignored(a, row);
       if (grad) {
-        float zero[V] = {};
-        for (int64_t k = threadIdx.x; k < nvec; k += blockDim.x) store_vec<T, V>(grad + k * V, zero);
-        for (int64_t c = tail0 + threadIdx.x; c < a.cols; c += blockDim.x) grad[c] = cuda::from_f<T>(0.f);
+        for (uint32_t k = tid; k < nvec; k += step) __stcg(gv + k, make_uint4(0, 0, 0, 0));
+        for (int64_t c = tail0 + tid; c < a.cols; c += step) grad[c] = from_f<T>(0.f);
       }
       continue;
     }
     const bool in_range = t >= 0 && t < a.cols;
     // Read before pass 2 starts (and before block_merge's barrier): pass 2 may overwrite x[t] with its gradient.
-    const float xt = in_range ? capped<kCap>(cuda::to_f<T>(x[t]), a.softcap) : NAN;
+    const float xr = in_range ? to_f<T>(x[t]) : NAN;
 
-    RowStats st{-INFINITY, 0.f, -INFINITY, -1, 0.f};
-    for (int64_t k = threadIdx.x; k < nvec; k += blockDim.x) {
-      float v[V];
-      load_vec<T, V>(x + k * V, v);
-      accumulate<kCap, V>(st, v, k * V, a, smooth);
-    }
-    for (int64_t c = tail0 + threadIdx.x; c < a.cols; c += blockDim.x) {
-      const float v[1] = {cuda::to_f<T>(x[c])};
-      accumulate<kCap, 1>(st, v, c, a, smooth);
-    }
+    RowStats st;
+    const auto load1 = [&](uint32_t k) {
+      if constexpr (kL2) return cuda::load16_hint(xv + k, keep);
+      else return xv[k];
+    };
+    stats_pass<T, O, U>(st, tid, nvec, step, a, load1);
+    resolve_arg<T, U>(st, int64_t(step) * V, int64_t(tid) * V, tail0, [&](int64_t c) { return xv[c / V]; });
+    for (int64_t c = tail0 + tid; c < a.cols; c += step) accumulate1<O>(st, to_f<T>(x[c]), c, a);
     st = block_merge(st, smem);
-    const GradCoef k = finish_row(a, row, t, xt, st, threadIdx.x == 0);
+    const GradCoef k = finish_row(a, row, t, capped<O>(xr, a), st, tid == 0);
     if (!grad) continue;
 
-    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
-      float v[V], g[V];
-      load_vec<T, V>(x + i * V, v);
-      gradient<kCap, V>(v, g, i * V, k, a);
-      store_vec<T, V>(grad + i * V, g);
+    with_fold(k, [&](auto fold) {
+      constexpr bool F = decltype(fold)::value;
+      const auto load2 = [&](uint32_t i) {
+        if constexpr (kL2) return cuda::load16_hint(xv + i, drop);
+        else return xv[i];
+      };
+      const auto store = [&](uint32_t i, const uint4& g) {
+        if constexpr (kL2)
+          cuda::store16_hint(gv + i, g, drop);
+        else
+          __stcg(gv + i, g);
+      };
+      grad_pass<T, O, F, U>(k, tid, nvec, step, a, load2, store);
+      for (int64_t c = tail0 + tid; c < a.cols; c += step) grad[c] = from_f<T>(grad_elem<O, F>(to_f<T>(x[c]), c, c == t, k, a));
+      if (in_range && t < tail0 && uint32_t(t / V) % step == tid) fix_target<T, O, F>(grad, xr, k, a);
+    });
+  }
+}
+
+template <class T, int O>
+__global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
+  vec_rows<T, O, false>(a);
+}
+
+template <class T, int O>
+__global__ void __launch_bounds__(kL2Threads, 1) l2_rows_kernel(RowArgs a) {
+  vec_rows<T, O, true>(a);
+}
+
+// Rows that are not 16-byte aligned: element by element, the same math.
+template <class T, int O>
+__global__ void __launch_bounds__(kMaxThreads) scalar_rows_kernel(RowArgs a) {
+  __shared__ RowStats smem[kMaxThreads / 32];
+  const int64_t tid = threadIdx.x, step = blockDim.x;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
+    T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
+    const int64_t t = load_target(a, row);
+    if (t == a.ignore_index) {
+      if (tid == 0) write_ignored(a, row);
+      if (grad)
+        for (int64_t c = tid; c < a.cols; c += step) grad[c] = from_f<T>(0.f);
+      continue;
     }
-    for (int64_t c = tail0 + threadIdx.x; c < a.cols; c += blockDim.x) {
-      const float v[1] = {cuda::to_f<T>(x[c])};
-      float g[1];
-      gradient<kCap, 1>(v, g, c, k, a);
-      grad[c] = cuda::from_f<T>(g[0]);
-    }
+    const float xt = t >= 0 && t < a.cols ? capped<O>(to_f<T>(x[t]), a) : NAN;  // before pass 2 (in place)
+    RowStats st;
+    for (int64_t c = tid; c < a.cols; c += step) accumulate1<O>(st, to_f<T>(x[c]), c, a);
+    st = block_merge(st, smem);
+    const GradCoef k = finish_row(a, row, t, xt, st, tid == 0);
+    if (!grad) continue;
+    with_fold(k, [&](auto fold) {
+      for (int64_t c = tid; c < a.cols; c += step)
+        grad[c] = from_f<T>(grad_elem<O, decltype(fold)::value>(to_f<T>(x[c]), c, c == t, k, a));
+    });
   }
 }
 
@@ -254,13 +501,13 @@ __global__ void __launch_bounds__(256) scale_kernel(ScaleArgs a) {
     const int64_t nvec = a.cols / V;
     for (int64_t k = threadIdx.x; k < nvec; k += blockDim.x) {
       float v[V];
-      load_vec<T, V>(g + k * V, v);
+      cuda::load_vec<T, V>(g + k * V, v);
 #pragma unroll
       for (int j = 0; j < V; ++j) v[j] *= s;
-      store_vec<T, V>(g + k * V, v);
+      cuda::store_vec<T, V>(g + k * V, v);
     }
     for (int64_t c = nvec * V + threadIdx.x; c < a.cols; c += blockDim.x)
-      g[c] = cuda::from_f<T>(cuda::to_f<T>(g[c]) * s);
+      g[c] = from_f<T>(to_f<T>(g[c]) * s);
   }
 }
 

@@ -3,7 +3,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <mutex>
+#include <set>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -50,8 +55,7 @@ struct ClusterPlan {
   size_t smem = 0;  // dynamic shared memory: the slice
   kern::SliceShape sh;
 };
-constexpr int kStaticSmemReserve = 1024;  // the kernel's static shared memory (~650 B) and then some
-constexpr int64_t kPieceBytes = 8192;      // bulk copies of about this size, so statistics start early
+constexpr int kStaticSmemReserve = 1024;  // the kernel's static shared memory (~900 B)
 
 inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d) {
   const int64_t fit = d.smem_block - kStaticSmemReserve;
@@ -64,94 +68,134 @@ inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d)
     }
   if (p.csize == 0) return p;
   p.sh.slice_vecs = std::max<int64_t>(1, (nvec + p.csize - 1) / p.csize);
-  const int64_t pieces = std::clamp<int64_t>(p.sh.slice_vecs * 16 / kPieceBytes, 1, kern::kMaxPieces);
-  p.sh.piece_vecs = (p.sh.slice_vecs + pieces - 1) / pieces;
-  p.smem = size_t(p.sh.slice_vecs) * 16;
   // ~8 or more vectors per thread: enough work per thread to pay for the block, whole warps.
   p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs + 255) / 256 * 32, 32, kern::kClusterThreads));
+  // Pieces of whole groups per thread (the statistics start on the first; 16 KB at 256 threads), at most kMaxPieces.
+  const int64_t group = int64_t(p.threads) * kern::kClusterUnroll;
+  const int64_t pieces = std::clamp<int64_t>((p.sh.slice_vecs + group - 1) / group, 1, kern::kMaxPieces);
+  p.sh.piece_vecs = ((p.sh.slice_vecs + pieces - 1) / pieces + group - 1) / group * group;  // rounding up: <= pieces
+  p.smem = size_t(p.sh.slice_vecs) * 16;
   return p;
 }
 
-// Lets a kernel use all the opt-in shared memory; once per kernel and device (a host call costs microseconds).
-template <class Kernel>
-void allow_max_smem(Kernel kernel, const DeviceLimits& d) {
+// Lets a kernel use all the opt-in shared memory: once per kernel and device (a host call costs microseconds). Keyed
+// by the kernel's address: every instantiation has the same type, and each needs its own attribute.
+inline void allow_max_smem(const void* kernel, const DeviceLimits& d, int dev) {
   static std::mutex mu;
-  static std::vector<bool> done;
-  int dev = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::set<std::pair<int, const void*>> done;
   std::lock_guard<std::mutex> lock(mu);
-  if (dev < int(done.size()) && done[dev]) return;
+  if (!done.insert({dev, kernel}).second) return;
   cudaFuncAttributes attr{};
   TIGON_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         d.smem_block - int(attr.sharedSizeBytes)));
-  if (dev >= int(done.size())) done.resize(dev + 1, false);
-  done[dev] = true;
 }
 
-template <class T, bool kCap>
-void launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
-  const auto kernel = kern::cluster_rows_kernel<T, kCap>;
-  allow_max_smem(kernel, d);
+// Whether at least one cluster of this shape can be resident (the launch fails otherwise: a cluster's blocks must fit
+// in one GPC at once), asked once per kernel, device and shape.
+inline bool cluster_fits(const void* kernel, const cudaLaunchConfig_t& cfg, int dev) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, unsigned, unsigned, size_t>, bool> cache;
+  const auto key = std::make_tuple(dev, kernel, cfg.attrs[0].val.clusterDim.x, cfg.blockDim.x, cfg.dynamicSmemBytes);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  const bool ok = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess && n > 0;
+  if (!ok) (void)cudaGetLastError();  // a refused query is an answer, not an error to report later
+  return cache[key] = ok;
+}
+
+// Launches the cluster kernel with plan p; false (and nothing launched, no error left behind) when the cluster
+// cannot be placed or the launch is refused, so the caller tries another size or the classic kernel.
+template <class T, int O>
+bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
+  if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
+  const auto kernel = kern::cluster_rows_kernel<T, O>;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  int dev = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  allow_max_smem(key, d, dev);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(p.csize);
   attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // one cluster per row
+  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // one cluster per row: a multiple of the cluster size
   cfg.blockDim = dim3(unsigned(p.threads));
   cfg.dynamicSmemBytes = p.smem;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  TIGON_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, p.sh));
+  if (!cluster_fits(key, cfg, dev)) return false;
+  if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
+  (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
+  return false;
 }
 
-template <class T, bool kCap>
+template <class T, int O>
 void launch_l2(const RowArgs& a, const DeviceLimits& d, cudaStream_t stream) {
-  const auto kernel = kern::l2_rows_kernel<T, kCap>;
+  const auto kernel = kern::l2_rows_kernel<T, O>;
   const int64_t resident = int64_t(d.sms) * cuda::resident_blocks(kernel, kern::kL2Threads);
   kernel<<<unsigned(std::min<int64_t>(a.rows, resident)), kern::kL2Threads, 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
-template <class T>
+template <class T, int O>
 void launch_classic(const RowArgs& a, bool vec, cudaStream_t stream) {
-  constexpr int V = 16 / sizeof(T);
   const unsigned grid = unsigned(std::min<int64_t>(a.rows, INT_MAX));
-  const int threads = row_threads(a.cols, vec ? V : 1);
-  const bool cap = a.softcap > 0.f;
-  if (vec && cap)
-    kern::rows_kernel<T, V, true><<<grid, threads, 0, stream>>>(a);
-  else if (vec)
-    kern::rows_kernel<T, V, false><<<grid, threads, 0, stream>>>(a);
-  else if (cap)
-    kern::rows_kernel<T, 1, true><<<grid, threads, 0, stream>>>(a);
+  if (vec)
+    kern::rows_kernel<T, O><<<grid, row_threads(a.cols, kern::kVec<T>), 0, stream>>>(a);
   else
-    kern::rows_kernel<T, 1, false><<<grid, threads, 0, stream>>>(a);
+    kern::scalar_rows_kernel<T, O><<<grid, row_threads(a.cols, 1), 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
+// Calls f(std::integral_constant<int, O>) with the row kernel options of a.
+template <class F>
+void with_options(const RowArgs& a, F f) {
+  switch (kern::options_of(a)) {
+    case 0: f(std::integral_constant<int, 0>()); break;
+    case kern::kCap: f(std::integral_constant<int, kern::kCap>()); break;
+    case kern::kSmooth: f(std::integral_constant<int, kern::kSmooth>()); break;
+    default: f(std::integral_constant<int, kern::kCap | kern::kSmooth>()); break;
+  }
+}
+
 template <class T>
-const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream) {
-  constexpr int V = 16 / sizeof(T);
-  const bool cap = a.softcap > 0.f;
-  if (vec && k.kind == RowKernel::kCluster) {
-    const DeviceLimits d = device_limits();
-    const ClusterPlan p = cluster_plan(a.cols / V, k.cluster, d);
-    if (p.csize > 0 && a.rows <= INT_MAX / p.csize) {
-      cap ? launch_cluster<T, true>(a, p, d, stream) : launch_cluster<T, false>(a, p, d, stream);
-      static const char* const names[] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
-      return names[p.csize];
+const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaStream_t stream) {
+  static const char* const names[] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
+  RowArgs a = args;
+  a.inv_softcap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
+  const char* ran = "classic";
+  vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
+  with_options(a, [&](auto opt) {
+    constexpr int O = decltype(opt)::value;
+    if (vec && k.kind == RowKernel::kCluster) {
+      // The planned size first, then any other that fits; never a launch error for the choice of size.
+      const DeviceLimits d = device_limits();
+      const int64_t nvec = a.cols / kern::kVec<T>;
+      const ClusterPlan first = cluster_plan(nvec, k.cluster, d);
+      if (launch_cluster<T, O>(a, first, d, stream)) {
+        ran = names[first.csize];
+        return;
+      }
+      for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
+        const ClusterPlan p = cluster_plan(nvec, c, d);
+        if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream)) {
+          ran = names[c];
+          return;
+        }
+      }
     }
-  }
-  if (vec && k.kind == RowKernel::kL2) {
-    const DeviceLimits d = device_limits();
-    cap ? launch_l2<T, true>(a, d, stream) : launch_l2<T, false>(a, d, stream);
-    return "l2";
-  }
-  launch_classic<T>(a, vec, stream);
-  return "classic";
+    if (vec && k.kind == RowKernel::kL2) {
+      launch_l2<T, O>(a, device_limits(), stream);
+      ran = "l2";
+      return;
+    }
+    launch_classic<T, O>(a, vec, stream);
+  });
+  return ran;
 }
 
 template <class T>
@@ -161,7 +205,7 @@ void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream) {
 
 template <class T>
 void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream) {
-  constexpr int V = 16 / sizeof(T);
+  constexpr int V = kern::kVec<T>;
   const unsigned grid = unsigned(std::min<int64_t>(a.rows, INT_MAX));
   if (vec)
     kern::scale_kernel<T, V><<<grid, 256, 0, stream>>>(a);

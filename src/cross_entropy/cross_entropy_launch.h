@@ -20,6 +20,7 @@ struct RowArgs {
   int64_t ignore_index = -100;
   const float* weight = nullptr;
   float smoothing = 0.f, z_scale = 0.f, softcap = 0.f;
+  float inv_softcap = 0.f;  // 1 / softcap, set by launch_rows from softcap (callers need not)
   bool mean = true;
   const float* totals = nullptr;  // written by the totals kernel before the row kernel runs
   float* row_ce = nullptr;

@@ -56,15 +56,15 @@ std::string expected_kernel(const std::string& variant, DType dt, int64_t N, int
   return "cluster";  // a size of the launcher's choosing: only the prefix is checked
 }
 
-// Runs one case with the given variant against the CPU reference. Rows r % 5 == 2 are ignored; rows r % 5 == 3 and
-// r % 5 == 4 get their maximum twice (so the accuracy checks the first index wins, across blocks of a cluster too)
-// and target the first or the second copy.
-void run_case(const Case& c, const char* variant) {
+// Runs one case with the given variant against the CPU reference, logits ~ mean + 3 N(0, 1). Rows r % 5 == 2 are
+// ignored; rows r % 5 == 3 and r % 5 == 4 get their maximum twice (so the accuracy checks the first index wins,
+// across blocks of a cluster too) and target the first or the second copy.
+void run_case(const Case& c, const char* variant, double mean = 0.0) {
   const auto [dt, N, V, pad, reduction, eps, zs, cap, weighted, in_place] = c;
   KernelScope scope(variant);
   std::mt19937 rng(17 + N + V);
   HostMat x(dt, N, V, V + pad), grad(dt, N, V, V + pad);
-  x.fill_random(rng, 3.0);
+  x.fill_random(rng, 3.0, mean);
   grad.poison();
   std::vector<int64_t> t(N);
   for (int64_t r = 0; r < N; ++r) {
@@ -204,6 +204,19 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<std::string, Case>>& info) {
       return std::get<0>(info.param) + "_" + case_name(std::get<1>(info.param));
     });
+
+// Logits around -60 with a z-loss of 0.1 and SUM: the gradient's scale of p, 1 + 0.2 lse, is negative, which the
+// kernels cannot fold into the exponent (every other case does): this reaches their second gradient loop.
+class CrossEntropyCudaNegativeScale : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CrossEntropyCudaNegativeScale, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  run_case(Case{DType::kBFloat16, 7, 32001, 7, kSum, 0.f, 0.1f, 0.f, false, true}, GetParam().c_str(), -60.0);  // tail
+  run_case(Case{DType::kFloat32, 5, 1001, 0, kSum, 0.f, 0.1f, 0.f, false, false}, GetParam().c_str(), -60.0);  // unaligned
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaNegativeScale,
+                         ::testing::Values("cluster", "cluster8", "l2", "classic"));
 
 // A target outside [0, V) that is not ignore_index: that row's loss and gradient are NaN, the others unharmed.
 class CrossEntropyCudaBadTarget : public ::testing::TestWithParam<std::string> {};
