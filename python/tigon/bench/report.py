@@ -53,7 +53,10 @@ def _version(module: str) -> str | None:
 
 
 def _git_sha() -> str:
-    # Ask git in the package's own checkout (the cwd may be anywhere), then the env (CI, installed wheels).
+    # An explicit TIGON_GIT_SHA wins (a copied checkout's .git can name an older commit than the code it runs, as on
+    # the GPU machine), then git in the package's own checkout (the cwd may be anywhere), else "unknown".
+    if os.environ.get("TIGON_GIT_SHA"):
+        return os.environ["TIGON_GIT_SHA"]
     try:
         here = Path(__file__).resolve().parent
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -62,7 +65,7 @@ def _git_sha() -> str:
             return out.stdout.strip()
     except Exception:
         pass
-    return os.environ.get("TIGON_GIT_SHA", "unknown")
+    return "unknown"
 
 
 def environment(device: torch.device) -> dict:
