@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import make_impls, run_checks, stream_fwd_full, time_checked
+from tigon.bench.harness import liger, make_impls, run_checks, stream_fwd_full, time_checked
 from tigon.bench.timing import peak_extra_mib, time_ms
 
 OP = "cross_entropy"
@@ -43,12 +43,7 @@ def _torch_compile(ctx, args):
 
 
 def _liger(ctx, args):
-    try:
-        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-    except Exception as e:  # ImportError, or Triton failing to initialise
-        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
-    if ctx.device.type != "cuda":
-        raise Skip("Liger is Triton: CUDA only")
+    LigerCrossEntropyFunction = liger("liger_kernel.ops.cross_entropy", "LigerCrossEntropyFunction", ctx)
     # (input, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, ...); it writes the
     # gradient over the input, like tigon's in_place.
     return (lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0]), True

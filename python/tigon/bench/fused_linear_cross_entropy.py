@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
 from tigon.bench.report import Skip, progress
 
 OP = "fused_linear_cross_entropy"
@@ -40,12 +40,7 @@ def _torch_eager(ctx, args):
 
 
 def _liger(ctx, args):
-    try:
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-    except Exception as e:  # ImportError, or Triton failing to initialise
-        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
-    if ctx.device.type != "cuda":
-        raise Skip("Liger is Triton: CUDA only")
+    LigerFusedLinearCrossEntropyLoss = liger("liger_kernel.transformers", "LigerFusedLinearCrossEntropyLoss", ctx)
     loss_fn = LigerFusedLinearCrossEntropyLoss()
 
     def fn(x, w, t):

@@ -3,12 +3,26 @@ forward, backward and both (eager and from a CUDA graph) with its peak memory.""
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from tigon.bench.report import Skip
 from tigon.bench.timing import graph_time_ms, peak_extra_mib, rotated_copies, stream_time_ms, time_ms
 
-__all__ = ["make_impls", "time_fwd_bwd", "stream_fwd_full", "run_checks", "time_checked"]
+__all__ = ["liger", "make_impls", "time_fwd_bwd", "stream_fwd_full", "run_checks", "time_checked"]
+
+
+def liger(module: str, name: str, ctx):
+    """liger_kernel's `module.name`, or Skip(reason) when Liger cannot run here: not installed, Triton failing to
+    initialise, or no GPU (it is Triton: CUDA only)."""
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except Exception as e:
+        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
+    if ctx.device.type != "cuda":
+        raise Skip("Liger is Triton: CUDA only")
+    return obj
 
 
 def make_impls(label: str, factories: dict, args, ctx, *extra) -> dict:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "layer_norm"
@@ -43,12 +43,7 @@ def _torch_compile(ctx, args):
 
 
 def _liger(ctx, args):
-    try:
-        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-    except Exception as e:  # ImportError, or Triton failing to initialise
-        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
-    if ctx.device.type != "cuda":
-        raise Skip("Liger is Triton: CUDA only")
+    LigerLayerNormFunction = liger("liger_kernel.ops.layer_norm", "LigerLayerNormFunction", ctx)
     return lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS)
 
 

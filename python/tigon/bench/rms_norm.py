@@ -11,7 +11,7 @@ import inspect
 import torch
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "rms_norm"
@@ -47,13 +47,7 @@ def _torch_compile(ctx, args):
 
 
 def _liger(ctx, args):
-    try:
-        import liger_kernel  # noqa: F401
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-    except Exception as e:  # ImportError, or Triton failing to initialise
-        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
-    if ctx.device.type != "cuda":
-        raise Skip("Liger is Triton: CUDA only")
+    LigerRMSNormFunction = liger("liger_kernel.ops.rms_norm", "LigerRMSNormFunction", ctx)
     # in_place was added to the signature in later versions; pass False so dy survives repeated backward calls
     # (and so the comparison with tigon, which also keeps dy, is like for like).
     if "in_place" in inspect.signature(LigerRMSNormFunction.forward).parameters:

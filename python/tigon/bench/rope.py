@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "rope"
@@ -47,12 +47,7 @@ def _torch_compile(ctx, args):
 
 
 def _liger(ctx, args):
-    try:
-        from liger_kernel.ops.rope import LigerRopeFunction
-    except Exception as e:  # ImportError, or Triton failing to initialise
-        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
-    if ctx.device.type != "cuda":
-        raise Skip("Liger is Triton: CUDA only")
+    LigerRopeFunction = liger("liger_kernel.ops.rope", "LigerRopeFunction", ctx)
     return lambda q, k, cos, sin: LigerRopeFunction.apply(q, k, cos, sin, None, 1)
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 GPU_SHAPES = [(8192, 14336)]  # Llama-3-8B's intermediate size, 8192 tokens
@@ -49,16 +49,9 @@ def _torch_compile(variant, ctx, args):
 
 
 def _liger(variant, ctx, args):
-    try:
-        if variant == "swiglu":
-            from liger_kernel.ops.swiglu import LigerSiLUMulFunction as fn
-        else:
-            from liger_kernel.ops.geglu import LigerGELUMulFunction as fn
-    except Exception as e:  # ImportError, or Triton failing to initialise
-        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
-    if ctx.device.type != "cuda":
-        raise Skip("Liger is Triton: CUDA only")
-    return fn.apply
+    if variant == "swiglu":
+        return liger("liger_kernel.ops.swiglu", "LigerSiLUMulFunction", ctx).apply
+    return liger("liger_kernel.ops.geglu", "LigerGELUMulFunction", ctx).apply
 
 
 IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}

@@ -35,6 +35,20 @@ _bwd = _lib.declare("tigon_cross_entropy_bwd", [_T, _T, ctypes.c_void_p])
 _NONE = REDUCTIONS["none"]
 
 
+def check_options(op: str, ignore_index, label_smoothing, lse_square_scale, softcap, reduction) -> None:
+    """The loss options cross entropy and fused linear + cross entropy share, each error naming its argument."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"{op}: argument 'ignore_index' must be an int, got {type(ignore_index).__name__}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: argument 'label_smoothing' must be in [0, 1], got {label_smoothing}")
+    if not 0.0 <= lse_square_scale < float("inf"):
+        raise ValueError(f"{op}: argument 'lse_square_scale' must be finite and >= 0, got {lse_square_scale}")
+    if softcap is not None and not 0.0 < softcap < float("inf"):
+        raise ValueError(f"{op}: argument 'softcap' must be None or finite and > 0, got {softcap}")
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: argument 'reduction' must be one of {sorted(REDUCTIONS)}, got {reduction!r}")
+
+
 def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction):
     op = "cross_entropy"
     if not isinstance(logits, torch.Tensor):
@@ -64,16 +78,7 @@ def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_squar
             raise ValueError(f"{op}: argument 'weight' must have shape ({logits.shape[1]},), got {tuple(weight.shape)}")
         if weight.device != logits.device:
             raise ValueError(f"{op}: argument 'weight' is on {weight.device} but logits is on {logits.device}")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise TypeError(f"{op}: argument 'ignore_index' must be an int, got {type(ignore_index).__name__}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"{op}: argument 'label_smoothing' must be in [0, 1], got {label_smoothing}")
-    if not 0.0 <= lse_square_scale < float("inf"):
-        raise ValueError(f"{op}: argument 'lse_square_scale' must be finite and >= 0, got {lse_square_scale}")
-    if softcap is not None and not 0.0 < softcap < float("inf"):
-        raise ValueError(f"{op}: argument 'softcap' must be None or finite and > 0, got {softcap}")
-    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
-        raise ValueError(f"{op}: argument 'reduction' must be one of {sorted(REDUCTIONS)}, got {reduction!r}")
+    check_options(op, ignore_index, label_smoothing, lse_square_scale, softcap, reduction)
 
 
 # ---- launchers: outputs and workspace from torch's allocator, the C API on torch's current stream -----------------

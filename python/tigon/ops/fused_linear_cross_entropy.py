@@ -20,7 +20,7 @@ import torch
 
 from tigon import _lib
 from tigon.ops._common import FLOAT_DTYPES, compiling, rows_ok
-from tigon.ops.cross_entropy import REDUCTIONS, CrossEntropyParams
+from tigon.ops.cross_entropy import REDUCTIONS, CrossEntropyParams, check_options
 
 __all__ = ["fused_linear_cross_entropy", "chunk_plan", "DEFAULT_MEMORY_BUDGET"]
 
@@ -80,16 +80,7 @@ def _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothin
     for arg, t in (("weight", weight), ("target", target), ("bias", bias), ("ce_weight", ce_weight)):
         if t is not None and t.device != x.device:
             raise ValueError(f"{op}: argument '{arg}' is on {t.device} but x is on {x.device}")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise TypeError(f"{op}: argument 'ignore_index' must be an int, got {type(ignore_index).__name__}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"{op}: argument 'label_smoothing' must be in [0, 1], got {label_smoothing}")
-    if not 0.0 <= lse_square_scale < float("inf"):
-        raise ValueError(f"{op}: argument 'lse_square_scale' must be finite and >= 0, got {lse_square_scale}")
-    if softcap is not None and not 0.0 < softcap < float("inf"):
-        raise ValueError(f"{op}: argument 'softcap' must be None or finite and > 0, got {softcap}")
-    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
-        raise ValueError(f"{op}: argument 'reduction' must be one of {sorted(REDUCTIONS)}, got {reduction!r}")
+    check_options(op, ignore_index, label_smoothing, lse_square_scale, softcap, reduction)
     for arg, v in (("memory_budget", memory_budget), ("chunk_rows", chunk_rows)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise ValueError(f"{op}: argument '{arg}' must be None or an int > 0, got {v!r}")
