@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
-from tigon.bench.report import Skip, progress
+from tigon.bench.report import progress
 
 OP = "fused_linear_cross_entropy"
 GPU_SHAPES = [(4096, 4096, 128256), (16384, 4096, 128256),  # the two bars (Llama 3 vocabulary)
