@@ -251,6 +251,25 @@ def test_moe_without_router_logits():
     compare(out.loss, ref_out.loss, "loss")
 
 
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_gradient_checkpointing_and_sdpa(name):
+    """As the benchmark trains: SDPA attention, activation checkpointing (non-reentrant) recomputing the patched
+    modules in the backward."""
+    ref = build(name)
+    ref.config._attn_implementation = "sdpa"
+    ids, labels = make_batch(ref.config)
+    ref_out, ref_grads = loss_and_grads(ref, ids, labels)
+    model = patched_copy(name, ref, "instance")
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name is deprecated there
+        model.activation_checkpointing_enable({"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    out, grads = loss_and_grads(model, ids, labels)
+    compare(out.loss, ref_out.loss, "loss")
+    for pname, g in grads.items():
+        compare(g, ref_grads[pname], pname)
+
+
 # ---- patch(), AutoTigonForCausalLM, revert, fallbacks -----------------------------------------------------------------
 
 def test_patch_reads_model_type_and_leaves_the_module_alone(spies):
