@@ -415,12 +415,31 @@ def test_training_follows_transformers(name):
         assert drift <= 1e-2 * moved + 1e-6, f"{pname}: {drift:.2e} apart after moving {moved:.2e}"
 
 
+def _compile_fails(model, ids, labels) -> bool:
+    model = copy.deepcopy(model)
+    loss_and_grads(model, ids, labels)  # eager first, as the patched model ran: transformers installs hooks then
+    try:
+        loss_and_grads(torch.compile(model, backend="aot_eager", fullgraph=True), ids, labels)
+        return False
+    except Exception:
+        return True
+    finally:
+        torch._dynamo.reset()
+
+
+# transformers' own MoE experts may not trace on the CPU (5.17's grouped_mm fallback backward guards on data);
+# for these the unpatched model is tried first, and the test skips if that fails too.
+MAY_NOT_COMPILE = {name: FAMILIES[name].experts for name in NAMES}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_torch_compile_fullgraph(name, spies):
     ref = build(name)
     ids, labels = make_batch(ref.config)
     model = patched_copy(name, ref, "instance")
     eager_out, eager_grads = loss_and_grads(model, ids, labels)
+    if MAY_NOT_COMPILE[name] and _compile_fails(ref, ids, labels):
+        pytest.skip(f"transformers {transformers.__version__}'s own {name} model does not compile here")
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     out, grads = loss_and_grads(compiled, ids, labels)
     assert spies["loss"] >= 2  # the compiled forward took the fused loss too
