@@ -122,6 +122,11 @@ def run(args, ctx) -> list[dict]:
     if ctx.device.type != "cuda":
         ctx.note(f"{OP}: skipped: a whole-model training step needs a CUDA device")
         return []
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        ctx.note(f"{OP}: skipped: transformers is not installed (pip install '.[hf]')")
+        return []
     if args.shapes:
         ctx.note(f"{OP}: --shapes does not apply (fixed model configurations: {', '.join(MODELS)})")
     names = ["llama"] if args.quick else list(MODELS)
