@@ -12,6 +12,7 @@ model three times), so it is not in the default op list: python -m tigon.bench -
 from __future__ import annotations
 
 import gc
+import importlib.util
 import time
 import traceback
 
@@ -122,9 +123,7 @@ def run(args, ctx) -> list[dict]:
     if ctx.device.type != "cuda":
         ctx.note(f"{OP}: skipped: a whole-model training step needs a CUDA device")
         return []
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("transformers") is None:
         ctx.note(f"{OP}: skipped: transformers is not installed (pip install '.[hf]')")
         return []
     if args.shapes:
