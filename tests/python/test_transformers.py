@@ -283,6 +283,9 @@ def test_patch_reads_model_type_and_leaves_the_module_alone(spies):
     ids, labels = make_batch(ref.config)
     compare(loss_and_grads(model, ids, labels)[0].loss, loss_and_grads(ref, ids, labels)[0].loss, "loss")
     assert spies["rope"] == ref.config.num_hidden_layers  # the patched copy only
+    twin = copy.deepcopy(model)  # a deep copy keeps the instance-level rerouting
+    compare(loss_and_grads(twin, ids, labels)[0].loss, loss_and_grads(ref, ids, labels)[0].loss, "copy's loss")
+    assert spies["rope"] == 2 * ref.config.num_hidden_layers and spies["loss"] == 2
 
 
 def test_unsupported_model_type_warns_and_returns_the_model():

@@ -17,9 +17,20 @@ from tigon.transformers._families import NORMS, Family
 _MLP_BASES = {"llama": LlamaMLP, "gemma": GemmaMLP, "phi3": Phi3MLP}
 
 
+def _register(cls: type, name: str) -> type:
+    """Names a generated class and makes it a global of this module, so deepcopy and pickle find it by name."""
+    cls.__name__ = cls.__qualname__ = name
+    cls.__module__ = __name__
+    globals()[name] = cls
+    return cls
+
+
 def norm_class(family: Family) -> type:
-    """An RMSNorm class called as the family's (hidden_size, eps=...). Its name keeps "RMSNorm" in it: transformers'
-    _init_weights recognises norms by class name (ones, or zeros for Gemma's 1 + w)."""
+    """An RMSNorm class called as the family's (hidden_size, eps=...), one per family. Its name keeps "RMSNorm" in it:
+    transformers' _init_weights recognises norms by class name (ones, or zeros for Gemma's 1 + w)."""
+    name = f"Tigon{family.prefix}RMSNorm"
+    if name in globals():
+        return globals()[name]
     offset, casting_mode, init = NORMS[family.norm]
     in_place = family.norm_in_place
 
@@ -33,8 +44,7 @@ def norm_class(family: Family) -> type:
         def eps(self) -> float:  # GemmaRMSNorm's attribute name; LlamaRMSNorm's is variance_epsilon
             return self.variance_epsilon
 
-    FamilyRMSNorm.__name__ = FamilyRMSNorm.__qualname__ = f"Tigon{family.prefix}RMSNorm"
-    return FamilyRMSNorm
+    return _register(FamilyRMSNorm, name)
 
 
 def activation_of(config, family: Family) -> str | None:
@@ -43,13 +53,16 @@ def activation_of(config, family: Family) -> str | None:
 
 
 def mlp_class(family: Family, hf_class: type) -> type:
-    """A gated-MLP class called as the family's (config[, intermediate_size=...]). Where the config names an
-    activation Tigon has no kernel for, constructing it warns and builds transformers' own module instead."""
+    """A gated-MLP class called as the family's (config[, intermediate_size=...]), one per family. Where the config
+    names an activation Tigon has no kernel for, constructing it warns and builds hf_class (transformers' own)."""
+    name = f"Tigon{family.prefix}MLP"
+    if name in globals():
+        return globals()[name]
     base = _MLP_BASES[family.mlp]
 
     class FamilyMLP(base):
-        def __new__(cls, config, *args, **kwargs):
-            if activation_of(config, family) is None:
+        def __new__(cls, config=None, *args, **kwargs):  # no arguments: deepcopy and pickle rebuilding one
+            if config is not None and activation_of(config, family) is None:
                 warnings.warn(f"tigon: {family.prefix}MLP with {family.act_attr}="
                               f"{getattr(config, family.act_attr, None)!r} has no Tigon kernel; keeping "
                               f"transformers' module", stacklevel=2)
@@ -66,8 +79,7 @@ def mlp_class(family: Family, hf_class: type) -> type:
                 super().__init__(config, in_place=True, intermediate_size=intermediate_size, hidden_act=act,
                                  bias=None if family.mlp_bias else False)
 
-    FamilyMLP.__name__ = FamilyMLP.__qualname__ = f"Tigon{family.prefix}MLP"
-    return FamilyMLP
+    return _register(FamilyMLP, name)
 
 
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
