@@ -2,7 +2,7 @@
 the patched model's loss, logits and every parameter's gradient match the unpatched one in fp32 (class-level and
 instance-level patches), 30 AdamW steps follow the same trajectory, the loss options (num_items_in_batch,
 shift_labels, logits_to_keep, return_dict) keep transformers' semantics, torch.compile traces the patched model, and
-patch() handles PEFT-wrapped and unsupported models. GPU variants (bf16, fp32) at the end."""
+patch() handles PEFT-wrapped and unsupported models. bf16 (CPU and GPU) and GPU fp32 variants at the end."""
 
 import copy
 import inspect
@@ -452,18 +452,20 @@ def test_torch_compile_fullgraph(name, spies):
     torch._dynamo.reset()
 
 
-# ---- GPU: fp32 as on the CPU; bf16 held to the unpatched model's own distance from fp32 ------------------------------
+# ---- bf16 (CPU and GPU), held to the unpatched model's own distance from fp32; fp32 on the GPU -----------------------
 
 def _rel_err(got, ref) -> float:
     return ((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
 
 
-@needs_cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("device,dtype", [("cpu", torch.bfloat16),
+                                          pytest.param("cuda", torch.float32, marks=needs_cuda),
+                                          pytest.param("cuda", torch.bfloat16, marks=needs_cuda)],
+                         ids=["cpu-bf16", "cuda-fp32", "cuda-bf16"])
 @pytest.mark.parametrize("name", NAMES)
-def test_gpu_matches_transformers(name, dtype, spies):
-    ref32 = build(name, device="cuda")
-    ids, labels = make_batch(ref32.config, device="cuda")
+def test_matches_transformers_in_dtype(name, device, dtype, spies):
+    ref32 = build(name, device=device)
+    ids, labels = make_batch(ref32.config, device=device)
     ref32_out, ref32_grads = loss_and_grads(ref32, ids, labels)
     hf = copy.deepcopy(ref32).to(dtype)
     model = patched_copy(name, hf, "instance")
