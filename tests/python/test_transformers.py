@@ -1,6 +1,6 @@
 """tigon.transformers against transformers itself, on tiny random models of every supported family (no downloads):
 the patched model's loss, logits and every parameter's gradient match the unpatched one in fp32 (class-level and
-instance-level patches), 30 AdamW steps follow the same trajectory, the loss options (num_items_in_batch,
+instance-level patches), 32 AdamW steps follow the same trajectory, the loss options (num_items_in_batch,
 shift_labels, logits_to_keep, return_dict) keep transformers' semantics, torch.compile traces the patched model, and
 patch() handles PEFT-wrapped and unsupported models. bf16 (CPU and GPU) and GPU fp32 variants at the end."""
 
