@@ -310,6 +310,13 @@ class _Wrapper(torch.nn.Module):
         return self.inner
 
 
+def test_patch_warns_when_nothing_matches():
+    model = build("llama")
+    with pytest.warns(UserWarning, match="found no modules"):
+        tt.apply_tigon_to_mistral(model=model)  # the wrong family's function: nothing of Mistral's in a Llama
+    assert type(model.model.norm).__name__ == "LlamaRMSNorm"
+
+
 def test_patch_looks_through_wrappers():
     wrapped = _Wrapper(build("phi3"))
     assert tt.patch(wrapped) is wrapped

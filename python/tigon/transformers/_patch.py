@@ -164,7 +164,10 @@ def apply(name: str, rope: bool = True, rms_norm: bool = True, swiglu: bool = Tr
     if model is None:
         apply_class(family, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy)
         return None
-    apply_instance(family, unwrap(model), rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy)
+    counts = apply_instance(family, unwrap(model), rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy)
+    if not any(counts.values()) and (rope or rms_norm or gated or cross_entropy or fused_linear_cross_entropy):
+        warnings.warn(f"tigon: found no modules of transformers' {family.module} in this model (remote code, or "
+                      f"another family?); nothing was patched", stacklevel=3)
     return model
 
 
