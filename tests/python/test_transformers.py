@@ -270,6 +270,22 @@ def test_gradient_checkpointing_and_sdpa(name):
         compare(g, ref_grads[pname], pname)
 
 
+@pytest.mark.parametrize("impl", ["batched_mm", "eager"])
+def test_moe_experts_implementations(impl, spies):
+    """transformers' other experts implementations: batched_mm calls the gate Tigon replaces; eager inlines its own
+    act(gate) * up, which stays transformers' (the rest of the patch still applies)."""
+    ref = build("qwen3_moe")
+    ref.set_experts_implementation(impl)
+    ids, labels = make_batch(ref.config)
+    ref_out, ref_grads = loss_and_grads(ref, ids, labels)
+    model = patched_copy("qwen3_moe", ref, "instance")
+    out, grads = loss_and_grads(model, ids, labels)
+    assert (spies["gate"] > 0) == (impl != "eager")
+    compare(out.loss, ref_out.loss, "loss")
+    for pname, g in grads.items():
+        compare(g, ref_grads[pname], pname)
+
+
 # ---- patch(), AutoTigonForCausalLM, revert, fallbacks -----------------------------------------------------------------
 
 def test_patch_reads_model_type_and_leaves_the_module_alone(spies):
