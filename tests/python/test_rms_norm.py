@@ -68,6 +68,25 @@ def test_strided_rows_and_no_weight(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_module_takes_a_transposed_view(device):
+    # Gemma 3 normalises q as (B, T, H, D).transpose(1, 2): the module normalises the memory-order view and returns
+    # the same strides as its input, as Hugging Face's elementwise formula does.
+    norm = tigon.nn.GemmaRMSNorm(16).to(device)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(2, 5, 3, 16, device=device).transpose(1, 2).requires_grad_(True)
+    y = norm(x)
+    y_ref, x64, w64 = reference(x, norm.weight, 1e-6, 1.0)
+    assert y.stride() == x.stride()
+    assert_close(y, y_ref, name="y")
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y_ref.backward(dy.double())
+    assert_close(x.grad, x64.grad, name="dx")
+    assert_close(norm.weight.grad, w64.grad, name="dw")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_in_place_backward_writes_dx_over_dy(device):
     x, w, _ = make_inputs((16, 512), torch.bfloat16, torch.bfloat16, "llama", device)
     dy = torch.randn(16, 512, device=device, dtype=torch.bfloat16)

@@ -1,9 +1,10 @@
 """Op-level benchmarks: ``python -m tigon.bench`` times tigon against the PyTorch and Liger equivalents.
 
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in BENCHMARKS.
+train_step (whole Hugging Face models, minutes on a GPU) runs only when asked for: --ops train_step.
 """
 
-from tigon.bench import cross_entropy, fused_linear_cross_entropy, layer_norm, rms_norm, rope, swiglu
+from tigon.bench import cross_entropy, fused_linear_cross_entropy, layer_norm, rms_norm, rope, swiglu, train_step
 
 BENCHMARKS = {
     "rms_norm": rms_norm.run,
@@ -12,4 +13,6 @@ BENCHMARKS = {
     "swiglu": swiglu.run,
     "cross_entropy": cross_entropy.run,
     "fused_linear_cross_entropy": fused_linear_cross_entropy.run,
+    "train_step": train_step.run,
 }
+DEFAULT_OPS = [op for op in BENCHMARKS if op != "train_step"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from tigon.bench import BENCHMARKS
+from tigon.bench import BENCHMARKS, DEFAULT_OPS, train_step
 from tigon.bench.report import Context, draw_charts, environment, print_table, progress, write_jsonl
 from tigon.bench.timing import measure_copy_bandwidth
 
@@ -30,8 +30,9 @@ def _names(text: str) -> list[str]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tigon.bench", description=__doc__)
-    p.add_argument("--ops", type=_names, default=list(BENCHMARKS),
-                   help=f"comma-separated ops (default: all = {','.join(BENCHMARKS)})")
+    p.add_argument("--ops", type=_names, default=list(DEFAULT_OPS),
+                   help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also: train_step, whole-model "
+                        f"training steps on a GPU, slow)")
     p.add_argument("--impls", type=_names, default=None, help="only these implementations, e.g. tigon,torch_eager")
     p.add_argument("--shapes", type=_shapes, default=None, help="override each op's shapes, e.g. 16384x4096,4096x4096")
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
@@ -81,11 +82,17 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_jsonl(results, args.out / "results.jsonl")
     progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
+    op_rows = [r for r in results if r["op"] != train_step.OP]  # train steps have their own table, no chart
     if not args.no_chart:
-        for path in draw_charts(results, args.out):
+        for path in draw_charts(op_rows, args.out):
             progress(f"wrote {path}")
     progress(f"done in {time.perf_counter() - t0:.1f} s")
-    print_table(results, ctx)  # last, so the table ends stdout
+    if op_rows:
+        print_table(op_rows, ctx)  # last, so the tables end stdout (with the notes)
+    train_step.print_table(results)
+    if not op_rows:
+        for n in ctx.notes:
+            print(f"note: {n}")
     return 1 if any(r.get("error") for r in results) else 0
 
 

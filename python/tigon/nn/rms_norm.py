@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tigon.ops._common import rows_ok
 from tigon.ops.rms_norm import rms_norm
 
 
@@ -22,8 +23,17 @@ class RMSNorm(nn.Module):
         self.in_place = in_place
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return rms_norm(hidden_states, self.weight, self.variance_epsilon, self.offset, self.casting_mode,
-                        self.in_place)
+        x = hidden_states
+        if x.dim() > 2 and not rows_ok(x):
+            # A transposed view, e.g. Gemma 3's q_norm on (B, H, T, D) = (B, T, H, D).transpose(1, 2): the norm is
+            # per row, so normalise the memory-order view and hand back the same permutation (HF's output keeps the
+            # input's strides too). Any other layout goes to the op, which says what it cannot read.
+            order = sorted(range(x.dim() - 1), key=lambda d: -x.stride(d)) + [x.dim() - 1]
+            if rows_ok(x.permute(order)):
+                y = rms_norm(x.permute(order), self.weight, self.variance_epsilon, self.offset, self.casting_mode,
+                             self.in_place)
+                return y.permute(sorted(range(x.dim()), key=lambda d: order[d]))
+        return rms_norm(x, self.weight, self.variance_epsilon, self.offset, self.casting_mode, self.in_place)
 
     def extra_repr(self) -> str:
         return (f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}, offset={self.offset}, "

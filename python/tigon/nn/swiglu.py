@@ -15,8 +15,8 @@ _HIDDEN_ACT = {"silu": "silu", "swish": "silu", "gelu": "gelu_erf", "gelu_pytorc
                "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
 
 
-def _activation(config, default: str, cls: str) -> int:
-    name = getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or default
+def _activation(config, default: str, cls: str, name: str | None = None) -> int:
+    name = name or getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or default
     if name not in _HIDDEN_ACT:
         raise ValueError(f"{cls}: config.hidden_act {name!r} has no gated Tigon kernel (supported: "
                          f"{sorted(_HIDDEN_ACT)})")
@@ -25,20 +25,24 @@ def _activation(config, default: str, cls: str) -> int:
 
 class LlamaMLP(nn.Module):
     """Drop-in for transformers' LlamaMLP (and the Mistral/Qwen2/... copies): down_proj(act(gate_proj(x)) *
-    up_proj(x)), act from config.hidden_act (silu for Llama), biases when config.mlp_bias."""
+    up_proj(x)), act from config.hidden_act (silu for Llama), biases when config.mlp_bias.
+
+    The keywords cover the copies that differ: intermediate_size (Qwen3-MoE's dense layers pass their own),
+    hidden_act (Gemma 2/3 name it config.hidden_activation), bias (families whose MLP never has biases)."""
 
     _default_act = "silu"
 
-    def __init__(self, config, in_place: bool = True) -> None:
+    def __init__(self, config, in_place: bool = True, intermediate_size: int | None = None,
+                 hidden_act: str | None = None, bias: bool | None = None) -> None:
         super().__init__()
         self.config = config
         self.hidden_size = config.hidden_size
-        self.intermediate_size = config.intermediate_size
-        bias = bool(getattr(config, "mlp_bias", False))
+        self.intermediate_size = intermediate_size or config.intermediate_size
+        bias = bool(getattr(config, "mlp_bias", False)) if bias is None else bias
         self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)
         self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=bias)
-        self.activation = _activation(config, self._default_act, type(self).__name__)
+        self.activation = _activation(config, self._default_act, type(self).__name__, hidden_act)
         self.in_place = in_place  # safe: gate_proj(x) and up_proj(x) live only inside forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -53,23 +57,20 @@ class GemmaMLP(LlamaMLP):
 
     _default_act = "gelu_pytorch_tanh"
 
-    def __init__(self, config, in_place: bool = True) -> None:
-        super().__init__(config, in_place)
-        if self.gate_proj.bias is not None:  # GemmaMLP never has biases, whatever the config says
-            self.gate_proj, self.up_proj, self.down_proj = (
-                nn.Linear(m.in_features, m.out_features, bias=False)
-                for m in (self.gate_proj, self.up_proj, self.down_proj))
+    def __init__(self, config, in_place: bool = True, intermediate_size: int | None = None,
+                 hidden_act: str | None = None) -> None:
+        super().__init__(config, in_place, intermediate_size, hidden_act, bias=False)  # never biases
 
 
 class Phi3MLP(nn.Module):
     """Drop-in for transformers' Phi3MLP: one fused gate_up_proj [2I] (gate first, then up), down_proj, no biases."""
 
-    def __init__(self, config, in_place: bool = True) -> None:
+    def __init__(self, config, in_place: bool = True, hidden_act: str | None = None) -> None:
         super().__init__()
         self.config = config
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-        self.activation = _activation(config, "silu", "Phi3MLP")
+        self.activation = _activation(config, "silu", "Phi3MLP", hidden_act)
         self.in_place = in_place  # safe: gate_up_proj's output lives only inside forward
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,175 @@
+"""Whole-model training step: a Hugging Face causal LM as transformers builds it, the same model after
+tigon.transformers.patch, and (when importable) after Liger-Kernel's apply_liger_kernel_to_<family>.
+
+One step = forward with labels=input_ids, backward, AdamW (foreach) step, zero_grad; bf16 weights, SDPA attention,
+activation checkpointing (non-reentrant), random weights and tokens (no download). step_ms is the mean over the timed
+steps (host overhead included: what a training loop sees), after warm-up steps that allocate the optimizer state;
+peak_gib is torch.cuda.max_memory_allocated over warm-up and timed steps (weights, gradients and optimizer state
+included). GPU only: on a CPU the benchmark notes that it skips. Slow (each configuration builds a 1-2 B-parameter
+model three times), so it is not in the default op list: python -m tigon.bench --ops train_step [--quick].
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import time
+import traceback
+
+import torch
+
+from tigon.bench.report import Skip, progress
+
+OP = "train_step"
+BATCH, SEQ = 4, 2048
+
+# Llama-style (the issue's bar), plus one Gemma-style (Gemma 3 1B's shape: GeGLU, (1 + w) norms in fp32, q/k norms,
+# 262k tied vocabulary) and one Qwen-style (Qwen3 1.7B's shape: q/k norms, 152k tied vocabulary).
+MODELS = {
+    "llama": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                                  num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
+                                  rope_parameters=dict(rope_type="default", rope_theta=500000.0))),
+    "gemma3_text": ("Gemma3TextConfig", dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+                                             num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                             vocab_size=262144, sliding_window=512, query_pre_attn_scalar=256)),
+    "qwen3": ("Qwen3Config", dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True)),
+}
+LIGER = {"llama": "apply_liger_kernel_to_llama", "gemma3_text": "apply_liger_kernel_to_gemma3_text",
+         "qwen3": "apply_liger_kernel_to_qwen3"}
+
+
+def _config(name: str):
+    import transformers
+    cls, kwargs = MODELS[name]
+    return getattr(transformers, cls)(max_position_embeddings=SEQ, **kwargs)
+
+
+def _enable_checkpointing(model) -> None:
+    if hasattr(model, "activation_checkpointing_enable"):  # newer transformers; the old name is deprecated there
+        model.activation_checkpointing_enable({"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+# ---- implementations: prepare(name) before the model is built, patch(model) after ---------------------------------
+
+def _hf(name):
+    return lambda model: model
+
+
+def _tigon(name):
+    import tigon.transformers
+    return tigon.transformers.patch
+
+
+def _liger(name):
+    try:
+        import liger_kernel.transformers as liger
+    except Exception as e:  # ImportError, or Triton failing to initialise
+        raise Skip(f"liger_kernel not importable ({type(e).__name__}: {e})")
+    apply = getattr(liger, LIGER[name], None)
+    if apply is None:
+        raise Skip(f"this liger_kernel has no {LIGER[name]}")
+    apply()  # class level, before the model is built (so Liger runs last for each family)
+    return lambda model: model
+
+
+IMPLS = {"hf": _hf, "tigon": _tigon, "liger": _liger}  # this order: Liger's class-level patch stays in the process
+
+
+def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
+    from transformers import AutoModelForCausalLM
+    finish = prepare(name)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(ctx.device)
+    torch.manual_seed(0)
+    with torch.device(ctx.device):
+        model = AutoModelForCausalLM.from_config(_config(name), dtype=ctx.dtype, attn_implementation="sdpa")
+    _enable_checkpointing(model)
+    model = finish(model.train())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
+    gen = torch.Generator(device=ctx.device).manual_seed(1)
+    ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=gen, device=ctx.device)
+
+    def step():
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    losses = [step() for _ in range(warmup)]
+    torch.cuda.synchronize(ctx.device)
+    t0 = time.perf_counter()
+    losses += [step() for _ in range(steps)]
+    torch.cuda.synchronize(ctx.device)
+    step_ms = (time.perf_counter() - t0) * 1e3 / steps
+    out = {"step_ms": step_ms, "tokens_per_s": BATCH * SEQ / (step_ms * 1e-3),
+           "peak_gib": torch.cuda.max_memory_allocated(ctx.device) / 2**30,
+           "loss_first": losses[0].item(), "loss_last": losses[-1].item(),
+           "params": sum(p.numel() for p in model.parameters())}
+    return out
+
+
+def _record(ctx, name, impl, steps, **fields) -> dict:
+    import transformers
+    return {"op": OP, "model": name, "impl": impl, "batch": BATCH, "seq": SEQ,
+            "dtype": str(ctx.dtype).replace("torch.", ""), "steps": steps, "step_ms": None, "tokens_per_s": None,
+            "peak_gib": None, "error": None, **fields, "transformers": transformers.__version__, **ctx.env}
+
+
+def run(args, ctx) -> list[dict]:
+    if ctx.device.type != "cuda":
+        ctx.note(f"{OP}: skipped: a whole-model training step needs a CUDA device")
+        return []
+    if importlib.util.find_spec("transformers") is None:
+        ctx.note(f"{OP}: skipped: transformers is not installed (pip install '.[hf]')")
+        return []
+    if args.shapes:
+        ctx.note(f"{OP}: --shapes does not apply (fixed model configurations: {', '.join(MODELS)})")
+    names = ["llama"] if args.quick else list(MODELS)
+    warmup, steps = (2, 5) if args.quick else (3, 10)
+    results = []
+    for name in names:
+        for impl, make in IMPLS.items():
+            if args.impls and impl not in args.impls:
+                continue
+            try:
+                rec = _record(ctx, name, impl, steps, **_measure(name, make, ctx, warmup, steps))
+                progress(f"{OP} {name} {impl}: {rec['step_ms']:.1f} ms/step, {rec['tokens_per_s']:.0f} tokens/s, "
+                         f"peak {rec['peak_gib']:.2f} GiB, loss {rec['loss_first']:.4f} -> {rec['loss_last']:.4f}")
+            except Skip as s:
+                ctx.note(f"{OP} {name}: {impl} skipped: {s}")
+                continue
+            except Exception as e:  # an OOM or a broken baseline must not lose the other rows
+                traceback.print_exc()
+                progress(f"{OP} {name} {impl}: FAILED {type(e).__name__}: {e}")
+                rec = _record(ctx, name, impl, steps, error=f"{type(e).__name__}: {str(e)[:200]}")
+            results.append(rec)
+            gc.collect()
+            torch.cuda.empty_cache()
+    return results
+
+
+def print_table(results: list[dict]) -> None:
+    """The train-step rows in their own table (the per-op table's shapes and GB/s do not apply)."""
+    rows = [r for r in results if r["op"] == OP]
+    if not rows:
+        return
+    r0 = rows[0]
+    print(f"\n{OP}: {r0['gpu']} | {r0['dtype']} | batch {r0['batch']} x seq {r0['seq']} | AdamW foreach, activation "
+          f"checkpointing, SDPA | torch {r0['torch']} | transformers {r0['transformers']} | git {r0['git_sha']}")
+    cols = [("model", 12), ("impl", 6), ("step ms", 9), ("tokens/s", 9), ("peak GiB", 9), ("x hf", 6),
+            ("loss first/last", 17)]
+    print("  ".join(n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(cols)))
+    for r in rows:
+        head = [r["model"].ljust(12), r["impl"].ljust(6)]
+        if r.get("error"):
+            print("  ".join(head + [f"FAILED: {r['error']}"[:100]]))
+            continue
+        hf = next((h for h in rows if h["model"] == r["model"] and h["impl"] == "hf" and not h.get("error")), None)
+        speedup = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-"
+        cells = [f"{r['step_ms']:.1f}", f"{r['tokens_per_s']:.0f}", f"{r['peak_gib']:.2f}", speedup,
+                 f"{r['loss_first']:.3f}/{r['loss_last']:.3f}"]
+        print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells, cols[2:])]))

@@ -1,0 +1,51 @@
+"""Hugging Face transformers models on Tigon's kernels, in one line.
+
+    import tigon.transformers
+    model = tigon.transformers.patch(model)             # any supported model (PEFT-wrapped too), in place
+    tigon.transformers.apply_tigon_to_llama()          # class level: Llama models built from now on
+    model = tigon.transformers.AutoTigonForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B")
+
+apply_tigon_to_<family>(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True,
+model=None, geglu=None): without model, rebinds the family's RMSNorm, MLP and apply_rotary_pos_emb in its
+transformers modeling module (and its MoE experts' gate and its ForCausalLM.forward), so build the model afterwards
+(RoPE, the experts' gate and the loss are looked up at call time: they switch for models already built too); with
+model=, replaces that model's modules in place (same parameters, same state dict) and reroutes its RoPE and loss
+only. swiglu switches the family's gated MLP, whatever its activation (geglu= is the same switch under Gemma's
+name). fused_linear_cross_entropy: the loss in training with labels skips the logits (returned as None);
+cross_entropy: Tigon's cross entropy on the logits where they are computed (eval with labels, or instead of the
+fused loss). revert() undoes the class-level patches.
+"""
+
+from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES
+from tigon.transformers._patch import apply, patch, revert
+from tigon.transformers.auto import AutoTigonForCausalLM
+
+SUPPORTED_MODEL_TYPES = tuple(sorted(BY_MODEL_TYPE))
+
+
+def _entry(name: str):
+    def apply_tigon(rope: bool = True, rms_norm: bool = True, swiglu: bool = True, cross_entropy: bool = False,
+                    fused_linear_cross_entropy: bool = True, model=None, geglu: bool | None = None):
+        return apply(name, rope, rms_norm, swiglu, cross_entropy, fused_linear_cross_entropy, model, geglu)
+
+    apply_tigon.__name__ = apply_tigon.__qualname__ = f"apply_tigon_to_{name}"
+    apply_tigon.__doc__ = (f"Tigon for transformers' {FAMILIES[name].prefix} models: class level without model=, "
+                           f"instance level with it (see tigon.transformers).")
+    return apply_tigon
+
+
+apply_tigon_to_llama = _entry("llama")
+apply_tigon_to_mistral = _entry("mistral")
+apply_tigon_to_mixtral = _entry("mixtral")
+apply_tigon_to_qwen2 = _entry("qwen2")
+apply_tigon_to_qwen3 = _entry("qwen3")
+apply_tigon_to_qwen3_moe = _entry("qwen3_moe")
+apply_tigon_to_gemma = _entry("gemma")
+apply_tigon_to_gemma2 = _entry("gemma2")
+apply_tigon_to_gemma3 = _entry("gemma3")  # Gemma 3 text (model type gemma3_text, Gemma3ForCausalLM)
+apply_tigon_to_phi3 = _entry("phi3")
+apply_tigon_to_olmo2 = _entry("olmo2")
+apply_tigon_to_granite = _entry("granite")
+
+__all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "patch", "revert"] + [f"apply_tigon_to_{n}"
+                                                                                for n in FAMILIES]

@@ -1,0 +1,109 @@
+"""The Tigon pieces that stand in for a family's modules: RMSNorm and MLP classes with the family's constructor
+signature, apply_rotary_pos_emb with transformers' signature, and the MoE experts' gate."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from tigon.nn.rms_norm import RMSNorm
+from tigon.nn.rope import apply_rotary_pos_emb as _tigon_apply_rotary_pos_emb
+from tigon.nn.swiglu import _HIDDEN_ACT, GemmaMLP, LlamaMLP, Phi3MLP
+from tigon.ops._common import FLOAT_DTYPES, rows_ok
+from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU
+from tigon.transformers._families import NORMS, Family
+
+_MLP_BASES = {"llama": LlamaMLP, "gemma": GemmaMLP, "phi3": Phi3MLP}
+
+
+def _register(cls: type, name: str) -> type:
+    """Names a generated class and makes it a global of this module, so deepcopy and pickle find it by name."""
+    cls.__name__ = cls.__qualname__ = name
+    cls.__module__ = __name__
+    globals()[name] = cls
+    return cls
+
+
+def norm_class(family: Family) -> type:
+    """An RMSNorm class called as the family's (hidden_size, eps=...), one per family. Its name keeps "RMSNorm" in it:
+    transformers' _init_weights recognises norms by class name (ones, or zeros for Gemma's 1 + w)."""
+    name = f"Tigon{family.prefix}RMSNorm"
+    if name in globals():
+        return globals()[name]
+    offset, casting_mode, init = NORMS[family.norm]
+    in_place = family.norm_in_place
+
+    class FamilyRMSNorm(RMSNorm):
+        def __init__(self, hidden_size: int | None = None, eps: float = 1e-6, *, dim: int | None = None) -> None:
+            # Llama-style norms take hidden_size, Gemma-style ones dim (Gemma 3 passes it by name)
+            super().__init__(hidden_size or dim, eps, offset=offset, casting_mode=casting_mode, init=init,
+                             in_place=in_place)
+
+        @property
+        def eps(self) -> float:  # GemmaRMSNorm's attribute name; LlamaRMSNorm's is variance_epsilon
+            return self.variance_epsilon
+
+    return _register(FamilyRMSNorm, name)
+
+
+def activation_of(config, family: Family) -> str | None:
+    name = getattr(config, family.act_attr, None)
+    return name if name in _HIDDEN_ACT else None
+
+
+def mlp_class(family: Family, hf_class: type) -> type:
+    """A gated-MLP class called as the family's (config[, intermediate_size=...]), one per family. Where the config
+    names an activation Tigon has no kernel for, constructing it warns and builds hf_class (transformers' own)."""
+    name = f"Tigon{family.prefix}MLP"
+    if name in globals():
+        return globals()[name]
+    base = _MLP_BASES[family.mlp]
+
+    class FamilyMLP(base):
+        def __new__(cls, config=None, *args, **kwargs):  # no arguments: deepcopy and pickle rebuilding one
+            if config is not None and activation_of(config, family) is None:
+                warnings.warn(f"tigon: {family.prefix}MLP with {family.act_attr}="
+                              f"{getattr(config, family.act_attr, None)!r} has no Tigon kernel; keeping "
+                              f"transformers' module", stacklevel=2)
+                return hf_class(config, *args, **kwargs)  # not a FamilyMLP, so __init__ below is skipped
+            return super().__new__(cls)
+
+        def __init__(self, config, intermediate_size: int | None = None) -> None:
+            act = activation_of(config, family)
+            if family.mlp == "phi3":
+                super().__init__(config, in_place=True, hidden_act=act)
+            elif family.mlp == "gemma":
+                super().__init__(config, in_place=True, intermediate_size=intermediate_size, hidden_act=act)
+            else:
+                super().__init__(config, in_place=True, intermediate_size=intermediate_size, hidden_act=act,
+                                 bias=None if family.mlp_bias else False)
+
+    return _register(FamilyMLP, name)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    """transformers' apply_rotary_pos_emb (every family here: rotate-half, partial rotary when cos is narrower than
+    the head) as one Tigon kernel for q and k. Not in place: q and k may be views of projections still in use."""
+    if cos.dtype != torch.float32 and cos.dtype != q.dtype:  # e.g. fp16 q with bf16 tables: the op takes fp32
+        cos, sin = cos.float(), sin.float()
+    return _tigon_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+
+
+def experts_gate(fallback):
+    """An _apply_gate for transformers' MoE experts: act(gate) * up over the [S, 2I] output of the fused gate_up
+    projection (gate half first, as transformers' default gate splits it) in one Tigon kernel. transformers' grouped_mm
+    and batched_mm experts implementations call it; fallback (transformers' gate) takes what the kernel cannot."""
+    fallback = getattr(fallback, "_tigon_original", fallback)
+
+    def _apply_gate(self, gate_up_out: torch.Tensor) -> torch.Tensor:
+        act = _HIDDEN_ACT.get(getattr(self.config, "hidden_act", None))
+        if (act is None or not getattr(self, "is_concatenated", True) or gate_up_out.dtype not in FLOAT_DTYPES
+                or gate_up_out.device.type not in ("cpu", "cuda") or not rows_ok(gate_up_out)):
+            return fallback(self, gate_up_out)
+        # In place (dgate_up over gate_up): the projection's output is used by nothing but this gate.
+        return _FusedGLU.apply(gate_up_out, ACTIVATIONS[act], True)
+
+    _apply_gate.__qualname__ = "tigon_experts_apply_gate"
+    _apply_gate._tigon_original = fallback
+    return _apply_gate

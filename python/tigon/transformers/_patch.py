@@ -1,0 +1,203 @@
+"""Applying a family's patch: class-level (rebinding names in that family's modeling module, so models built
+afterwards use Tigon) or instance-level (replacing the submodules of one built model in place, sharing its
+parameters, and routing its RoPE and loss through Tigon without touching the module). Nothing outside the family's
+modeling module is ever rebound."""
+
+from __future__ import annotations
+
+import importlib
+import types
+import warnings
+
+import torch
+
+from tigon.transformers._causal_lm import make_forward
+from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
+from tigon.transformers._modules import activation_of, apply_rotary_pos_emb, experts_gate, mlp_class, norm_class
+
+_MISSING = object()
+_saved: dict[str, dict[tuple, object]] = {}  # family name -> {(owner, attribute): what it was before Tigon}
+
+
+def _original(family: Family, owner, attr: str):
+    value = _saved.get(family.name, {}).get((owner, attr), _MISSING)
+    return getattr(owner, attr) if value is _MISSING else value
+
+
+def _set(family: Family, owner, attr: str, value) -> None:
+    _saved.setdefault(family.name, {}).setdefault((owner, attr), vars(owner).get(attr, _MISSING))
+    setattr(owner, attr, value)
+
+
+def revert(family: str | None = None) -> None:
+    """Undoes the class-level patches of one family (or all): the modeling modules get transformers' own names back.
+    Models built while patched keep their Tigon modules; instance-level patches are not undone."""
+    for name in [family] if family else list(_saved):
+        for (owner, attr), value in _saved.pop(name, {}).items():
+            if value is _MISSING:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, value)
+
+
+def _gated(family: Family, swiglu: bool) -> bool:
+    return swiglu and (family.mlp is not None or family.experts)
+
+
+def apply_class(family: Family, rope: bool, rms_norm: bool, swiglu: bool, ce: bool, flce: bool) -> None:
+    revert(family.name)  # each call states the whole patch: options left off are transformers' again
+    mod = importlib.import_module(family.module)
+    p = family.prefix
+    if rms_norm:
+        _set(family, mod, f"{p}RMSNorm", norm_class(family))
+    if swiglu and family.mlp:
+        _set(family, mod, f"{p}MLP", mlp_class(family, _original(family, mod, f"{p}MLP")))
+    if swiglu and family.experts:
+        experts = getattr(mod, f"{p}Experts")
+        _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
+    if rope:
+        _set(family, mod, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+    if ce or flce:
+        lm = getattr(mod, f"{p}ForCausalLM")
+        _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce))
+
+
+# ---- instance level ---------------------------------------------------------------------------------------------------
+
+def with_globals(fn, **names):
+    """A copy of fn whose global lookups of `names` see the given values (its module is left alone). Decorators made
+    with functools.wraps are looked through: the wrapped function is copied and the wrapper rebuilt around it.
+    Returns None where fn is not a plain (possibly wrapped) Python function."""
+    inner = getattr(fn, "__wrapped__", None)
+    if not isinstance(fn, types.FunctionType):
+        return None
+    if inner is None:
+        scope = dict(fn.__globals__)
+        scope.update(names)
+        new = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    else:
+        new_inner = with_globals(inner, **names)
+        cells = list(fn.__closure__ or ())
+        hits = [i for i, c in enumerate(cells) if _cell_value(c) is inner]
+        if new_inner is None or len(hits) != 1:
+            return None
+        cells[hits[0]] = types.CellType(new_inner)
+        new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))
+        new.__wrapped__ = new_inner
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__, new.__doc__, new.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
+    return new
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
+
+
+def _new_norm(old: torch.nn.Module, cls: type) -> torch.nn.Module:
+    eps = getattr(old, "variance_epsilon", None)
+    with torch.device("meta"):  # no memory for a weight that is replaced at once
+        new = cls(old.weight.shape[0], eps=getattr(old, "eps", 1e-6) if eps is None else eps)
+    new.weight = old.weight  # the same Parameter: optimizers, tied weights and the state dict see no change
+    return new.train(old.training)
+
+
+def _new_mlp(old: torch.nn.Module, family: Family, config) -> torch.nn.Module | None:
+    config = getattr(old, "config", config)
+    if activation_of(config, family) is None:
+        warnings.warn(f"tigon: {type(old).__name__} with {family.act_attr}={getattr(config, family.act_attr, None)!r} "
+                      f"has no Tigon kernel; left as it is", stacklevel=4)
+        return None
+    with torch.device("meta"):
+        new = mlp_class(family, type(old))(config, intermediate_size=getattr(old, "intermediate_size", None))
+    # The very projection modules (LoRA-wrapped ones included) move over: same parameters, same state-dict keys.
+    for name in ("gate_up_proj", "down_proj") if family.mlp == "phi3" else ("gate_proj", "up_proj", "down_proj"):
+        setattr(new, name, getattr(old, name))
+    return new.train(old.training)
+
+
+def apply_instance(family: Family, model: torch.nn.Module, rope: bool, rms_norm: bool, swiglu: bool, ce: bool,
+                   flce: bool) -> dict:
+    """Patches one built model in place; returns how many modules of each kind were replaced or rerouted."""
+    mod = importlib.import_module(family.module)
+    p = family.prefix
+    mine = lambda m, suffix: type(m).__module__ == family.module and type(m).__name__ == p + suffix  # noqa: E731
+    counts = {"rms_norm": 0, "mlp": 0, "experts": 0, "rope": 0, "loss": 0}
+    norm_cls = norm_class(family) if rms_norm else None
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            new = None
+            if rms_norm and mine(child, "RMSNorm"):
+                new, kind = _new_norm(child, norm_cls), "rms_norm"
+            elif swiglu and family.mlp and mine(child, "MLP"):
+                new, kind = _new_mlp(child, family, model.config), "mlp"
+            if new is not None:
+                setattr(parent, name, new)
+                counts[kind] += 1
+    for m in model.modules():
+        if swiglu and family.experts and mine(m, "Experts"):
+            m._apply_gate = types.MethodType(experts_gate(type(m)._apply_gate), m)
+            counts["experts"] += 1
+        if rope and mine(m, "Attention"):
+            forward = with_globals(type(m).forward, apply_rotary_pos_emb=apply_rotary_pos_emb)
+            if forward is None:
+                warnings.warn(f"tigon: cannot reroute {type(m).__name__}'s RoPE (its forward is not a plain "
+                              f"function); left as it is", stacklevel=3)
+                rope = False
+                continue
+            m.forward = types.MethodType(forward, m)
+            counts["rope"] += 1
+    if (ce or flce) and isinstance(model, getattr(mod, f"{p}ForCausalLM")):
+        model.forward = types.MethodType(make_forward(type(model).forward, family, flce, ce), model)
+        counts["loss"] = 1
+    return counts
+
+
+# ---- the public entry points ----------------------------------------------------------------------------------------
+
+def apply(name: str, rope: bool = True, rms_norm: bool = True, swiglu: bool = True, cross_entropy: bool = False,
+          fused_linear_cross_entropy: bool = True, model: torch.nn.Module | None = None, geglu: bool | None = None):
+    family = FAMILIES[name]
+    gated = _gated(family, swiglu if geglu is None else geglu)
+    if model is None:
+        apply_class(family, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy)
+        return None
+    counts = apply_instance(family, unwrap(model), rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy)
+    if not any(counts.values()) and (rope or rms_norm or gated or cross_entropy or fused_linear_cross_entropy):
+        warnings.warn(f"tigon: found no modules of transformers' {family.module} in this model (remote code, or "
+                      f"another family?); nothing was patched", stacklevel=3)
+    return model
+
+
+def unwrap(model):
+    """The transformers model inside PEFT (get_base_model(), .base_model.model), torch.compile (_orig_mod) and
+    DDP-style (.module) wrappers."""
+    from transformers import PreTrainedModel
+    seen = set()
+    while not isinstance(model, PreTrainedModel) and id(model) not in seen:
+        seen.add(id(model))
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        elif hasattr(getattr(model, "base_model", None), "model"):
+            model = model.base_model.model
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(getattr(model, "module", None), torch.nn.Module):
+            model = model.module
+    return model
+
+
+def patch(model, **options):
+    """Instance-level patch of a built model, its family read from model.config.model_type (PEFT and other wrappers
+    are looked through). An unsupported model type warns and returns the model untouched. Returns model."""
+    base = unwrap(model)
+    model_type = getattr(getattr(base, "config", None), "model_type", None)
+    family = BY_MODEL_TYPE.get(model_type)
+    if family is None:
+        warnings.warn(f"tigon.transformers.patch: model type {model_type!r} is not supported (supported: "
+                      f"{sorted(BY_MODEL_TYPE)}); returning the model unpatched", stacklevel=2)
+        return model
+    apply(family.name, model=base, **options)
+    return model
