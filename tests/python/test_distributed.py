@@ -4,9 +4,8 @@ under the same wrapper. The fused linear + CE loss is the one that runs, and und
 in the sharded parameter. CPU: gloo, 2 processes, fp32. GPU: the same with NCCL, 2 GPUs (skips with fewer).
 DTensor inputs to tigon.ops.rms_norm / tigon.nn.RMSNorm are checked on a 2-process mesh."""
 
-import copy
+import datetime
 import os
-import socket
 import tempfile
 
 import pytest
@@ -97,7 +96,9 @@ def _train_worker(rank: int, wrapper: str, backend: str, init: str, out: str):
     if device != "cpu":
         torch.cuda.set_device(device)
     torch.set_num_threads(1)  # two processes on a small CPU: no oversubscription
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=WORLD)
+    # a rank that dies makes the others fail in a minute rather than wait forever
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
     calls = []
     fused = _causal_lm.fused_linear_cross_entropy
     _causal_lm.fused_linear_cross_entropy = lambda *a, **k: calls.append(1) or fused(*a, **k)
@@ -139,17 +140,11 @@ def _gather(t):
     return parts
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def spawn(fn, *args, backend="gloo"):
     """fn(rank, *args, backend, init, out) in WORLD processes; what rank 0 saved to `out`."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.pt")
-        init = f"tcp://127.0.0.1:{_free_port()}"
+        init = f"file://{os.path.join(tmp, 'rendezvous')}"  # no TCP port to race other jobs for
         mp.spawn(fn, args=(*args, backend, init, out), nprocs=WORLD, join=True)
         return torch.load(out)
 
