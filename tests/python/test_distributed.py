@@ -218,3 +218,58 @@ def test_two_processes_follow_one_cpu(wrapper):
 def test_two_gpus_follow_one_cpu(wrapper):
     # The GPU kernels against the CPU reference path: same trajectory within the same fp32 criteria.
     _check_run(spawn(_train_worker, wrapper, backend="nccl"), *reference(), wrapper)
+
+
+# ---- DTensor inputs to rms_norm ----------------------------------------------------------------------------------------
+
+def _dtensor_worker(rank: int, backend: str, init: str, out: str):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_module, distribute_tensor
+
+    from tigon.nn import RMSNorm
+    from tigon.ops import rms_norm
+
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        mesh = init_device_mesh("cpu", (WORLD,))
+        torch.manual_seed(0)  # the same full tensors on every rank
+        x, w, dy = torch.randn(4, 6, 64), 1 + 0.2 * torch.randn(64), torch.randn(4, 6, 64)
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y_ref = rms_norm(xr, wr)
+        y_ref.backward(dy)
+        for placement in (Shard(0), Shard(1), Replicate()):
+            xd = distribute_tensor(x, mesh, [placement]).requires_grad_()
+            wd = distribute_tensor(w, mesh, [Replicate()]).requires_grad_()
+            y = rms_norm(xd, wd)
+            assert type(y).__name__ == "DTensor" and y.placements == (placement,), (type(y), y.placements)
+            y.backward(distribute_tensor(dy, mesh, [placement]))
+            assert_close(y.full_tensor(), y_ref.detach().double(), name=f"y {placement}")
+            assert_close(xd.grad.full_tensor(), xr.grad.double(), name=f"dx {placement}")
+            assert_close(wd.grad.full_tensor(), wr.grad.double(), name=f"dw {placement}")  # summed over the ranks
+        norm = distribute_module(RMSNorm(64), mesh)  # parameters replicated
+        assert_close(norm(distribute_tensor(x, mesh, [Shard(0)])).full_tensor(), rms_norm(x, torch.ones(64)).double(),
+                     name="module")
+        refusals = {"Shard(dim=2)": (distribute_tensor(x, mesh, [Shard(2)]), distribute_tensor(w, mesh, [Replicate()])),
+                    "plain tensor": (distribute_tensor(x, mesh, [Shard(0)]), w),
+                    "Shard(dim=0)": (distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Shard(0)]))}
+        for words, args in refusals.items():
+            try:
+                rms_norm(*args)
+            except TypeError as e:
+                assert words in str(e) and "full_tensor()" in str(e), str(e)
+            else:
+                raise AssertionError(f"rms_norm accepted {words}")
+        if rank == 0:
+            torch.save("ok", out)
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_dist
+def test_rms_norm_dtensor():
+    """Sharded over leading dimensions or replicated: a DTensor out, placed as x, with the single tensor's values and
+    gradients; sharded over the normalised dimension, a sharded weight, or DTensor mixed with a plain tensor: a
+    TypeError naming the argument and the way out."""
+    assert spawn(_dtensor_worker) == "ok"

@@ -209,6 +209,42 @@ class _RMSNorm(torch.autograd.Function):
         return dx, (dw if need_dw else None), None, None, None, None
 
 
+try:
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+except ImportError:  # torch built without torch.distributed
+    DTensor = type("NoDTensor", (), {})
+
+
+def _rms_norm_dtensor(x, weight, eps, offset, casting_mode, in_place):
+    """Rows are independent, so a DTensor x sharded over leading dimensions (or replicated) is normalised rank by rank
+    on its local rows with a replicated weight; the weight's gradient is then a partial sum over the ranks that hold
+    different rows. Anything else is refused with what to do instead."""
+    if not isinstance(x, DTensor):
+        raise TypeError("rms_norm: argument 'weight' is a DTensor but x is a plain tensor: pass x as a DTensor on "
+                        "weight's mesh, or weight.full_tensor()")
+    if weight is not None and not isinstance(weight, DTensor):
+        raise TypeError("rms_norm: argument 'x' is a DTensor but weight is a plain tensor: distribute weight "
+                        "replicated on x's mesh (distribute_tensor(weight, mesh, [Replicate()])), or pass x.full_tensor()")
+    last = x.dim() - 1
+    for p in x.placements:
+        if isinstance(p, Partial) or (isinstance(p, Shard) and p.dim % x.dim() == last):
+            raise TypeError(f"rms_norm: argument 'x' is a DTensor placed {x.placements}: the norm needs whole rows "
+                            "(the last dimension on one rank, no pending partial sums); redistribute x to Shard a "
+                            "leading dimension or Replicate, or pass x.full_tensor()")
+    if weight is not None:
+        if weight.device_mesh != x.device_mesh or not all(isinstance(p, Replicate) for p in weight.placements):
+            raise TypeError(f"rms_norm: argument 'weight' is a DTensor placed {weight.placements}: every rank needs "
+                            "the whole weight, replicated on x's mesh (an FSDP2 parameter is only whole inside its "
+                            "module's forward); pass weight.full_tensor() or redistribute it to Replicate()")
+        grad = [Partial() if isinstance(p, Shard) else Replicate() for p in x.placements]
+        weight = weight.to_local(grad_placements=grad)
+    y = rms_norm(x.to_local(), weight, eps, offset, casting_mode, in_place)
+    strides = [1] * x.dim()  # y is contiguous: its global strides, given so uneven shards need no gather
+    for d in range(x.dim() - 2, -1, -1):
+        strides[d] = strides[d + 1] * x.shape[d + 1]
+    return DTensor.from_local(y, x.device_mesh, x.placements, shape=x.shape, stride=tuple(strides))
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, offset: float = 0.0,
              casting_mode: str = "llama", in_place: bool = False) -> torch.Tensor:
     """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2) + eps) * (offset + weight)``.
@@ -218,7 +254,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, of
     (every step in x's dtype). weight may be x's dtype or float32, or None for no scale. in_place=True writes the
     input gradient over the output gradient in backward (saves one activation-sized buffer; leave it off when the
     output gradient is used elsewhere). x may have any row stride (its leading dimensions must flatten to rows);
-    CPU and CUDA tensors.
+    CPU and CUDA tensors. DTensors: x sharded over leading dimensions or replicated, with a replicated weight, runs
+    on each rank's rows and comes back a DTensor placed as x; other placements raise a TypeError that says why.
     """
+    if isinstance(x, DTensor) or isinstance(weight, DTensor):
+        return _rms_norm_dtensor(x, weight, eps, offset, casting_mode, in_place)
     mode = _check_args(x, weight, eps, offset, casting_mode)
     return _RMSNorm.apply(x, weight, float(eps), float(offset), mode, bool(in_place))
