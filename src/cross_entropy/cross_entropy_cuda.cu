@@ -124,6 +124,25 @@ KernelChoice row_kernel_choice() {
   return env;
 }
 
+RowArgs loss_args(const FwdProblem& p, int64_t rows, float* ws) {
+  RowArgs a;
+  a.rows = rows;
+  a.cols = p.logits.cols;
+  a.target = p.target;
+  a.target64 = p.target64;
+  a.ignore_index = p.ignore_index;
+  a.weight = p.weight;
+  a.smoothing = p.smoothing;
+  a.z_scale = p.z_scale;
+  a.softcap = p.softcap;
+  a.mean = p.reduction == TIGON_REDUCTION_MEAN;
+  a.totals = ws;
+  a.row_ce = ws + kTotals;
+  a.row_z = a.row_ce + rows;
+  a.row_correct = a.row_z + rows;
+  return a;
+}
+
 void launch_totals(const RowArgs& a, float* totals, cudaStream_t stream) {
   totals_kernel<<<1, kSerialThreads, 0, stream>>>(a, totals);
   TIGON_CUDA_CHECK_LAUNCH();
@@ -139,25 +158,11 @@ void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   float* ws = static_cast<float*>(workspace);
   const int64_t rows = p.logits.rows;
-  RowArgs a;
+  RowArgs a = loss_args(p, rows, ws);
   a.logits = p.logits.data;
   a.grad = p.grad.data;
-  a.rows = rows;
-  a.cols = p.logits.cols;
   a.x_stride = p.logits.row_stride;
   a.g_stride = p.grad.data ? p.grad.row_stride : 0;
-  a.target = p.target;
-  a.target64 = p.target64;
-  a.ignore_index = p.ignore_index;
-  a.weight = p.weight;
-  a.smoothing = p.smoothing;
-  a.z_scale = p.z_scale;
-  a.softcap = p.softcap;
-  a.mean = p.reduction == TIGON_REDUCTION_MEAN;
-  a.totals = ws;
-  a.row_ce = ws + kTotals;
-  a.row_z = a.row_ce + rows;
-  a.row_correct = a.row_z + rows;
 
   launch_totals(a, ws, s);
   if (rows > 0) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "cross_entropy/cross_entropy.h"
+
 namespace tigon::cross_entropy {
 
 // Workspace layout (floats): kTotals totals, then per-row ce, z and correct (rows each).
@@ -53,6 +55,10 @@ template <class T>
 const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream);
 template <class T>
 void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream);
+
+// The loss options and the workspace layout of p over `rows` rows (ws: the forward's workspace, kTotals totals then
+// the per-row partials); the caller sets the logits, the gradient and their strides.
+RowArgs loss_args(const FwdProblem& p, int64_t rows, float* ws);
 
 // The one-block kernels around the row kernel (cross_entropy_cuda.cu), for ops that run the row kernel over chunks
 // of rows (fused linear + cross entropy): the totals of all a.rows rows into `totals` before the first chunk, and the

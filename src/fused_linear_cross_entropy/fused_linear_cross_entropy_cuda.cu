@@ -115,21 +115,8 @@ void fwd_cuda(const Problem& p, const Plan& plan, void* workspace, void* stream)
 
   // Cross entropy over all N tokens: totals now, per-token partials chunk by chunk, outputs at the end.
   const cross_entropy::FwdProblem& ce = p.ce;
-  RowArgs all;
-  all.rows = N;
+  RowArgs all = cross_entropy::loss_args(ce, N, partials);
   all.cols = V;
-  all.target = ce.target;
-  all.target64 = ce.target64;
-  all.ignore_index = ce.ignore_index;
-  all.weight = ce.weight;
-  all.smoothing = ce.smoothing;
-  all.z_scale = ce.z_scale;
-  all.softcap = ce.softcap;
-  all.mean = ce.reduction == TIGON_REDUCTION_MEAN;
-  all.totals = partials;
-  all.row_ce = partials + cross_entropy::kTotals;
-  all.row_z = all.row_ce + N;
-  all.row_correct = all.row_z + N;
   cross_entropy::launch_totals(all, partials, s);
 
   const bool grad = p.wants_grad();
