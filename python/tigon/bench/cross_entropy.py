@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import liger, make_impls, run_checks, stream_fwd_full, time_checked
+from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, stream_fwd_full, time_checked
 from tigon.bench.timing import peak_extra_mib, time_ms
 
 OP = "cross_entropy"
@@ -85,12 +85,8 @@ def _check(fn, overwrites, x, t, ref_loss, ref_grad) -> dict:
 def run(args, ctx) -> list[dict]:
     fns = make_impls(OP, IMPLS, args, ctx)
 
-    shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
     results = []
-    for shape in shapes:
-        if len(shape) != 2:
-            ctx.note(f"{OP}: shape {'x'.join(map(str, shape))} skipped: expected tokens x vocab")
-            continue
+    for shape in bench_shapes(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, "tokens x vocab"):
         M, V = shape
         gen = torch.Generator(device=ctx.device).manual_seed(0)
         x = (torch.randn(M, V, generator=gen, device=ctx.device) * 2).to(ctx.dtype)

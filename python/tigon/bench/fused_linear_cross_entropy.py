@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 from tigon.bench.report import progress
 
 OP = "fused_linear_cross_entropy"
@@ -67,12 +67,9 @@ def _errors(got, ref) -> dict:
 def run(args, ctx) -> list[dict]:
     fns = make_impls(OP, IMPLS, args, ctx)
     gpu = ctx.device.type == "cuda"
-    shapes = args.shapes or ((QUICK_SHAPES if args.quick else GPU_SHAPES) if gpu else CPU_SHAPES)
     results = []
-    for shape in shapes:
-        if len(shape) != 3:
-            ctx.note(f"{OP}: shape {'x'.join(map(str, shape))} skipped: expected tokens x hidden x vocab")
-            continue
+    gpu_shapes = QUICK_SHAPES if args.quick else GPU_SHAPES
+    for shape in bench_shapes(OP, args, ctx, gpu_shapes, CPU_SHAPES, "tokens x hidden x vocab"):
         N, H, V = shape
         gen = torch.Generator(device=ctx.device).manual_seed(0)
         x = torch.randn(N, H, generator=gen, device=ctx.device).to(ctx.dtype)

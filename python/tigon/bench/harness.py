@@ -10,7 +10,7 @@ import torch
 from tigon.bench.report import Skip
 from tigon.bench.timing import graph_time_ms, peak_extra_mib, rotated_copies, stream_time_ms, time_ms
 
-__all__ = ["liger", "make_impls", "time_fwd_bwd", "stream_fwd_full", "run_checks", "time_checked"]
+__all__ = ["bench_shapes", "liger", "make_impls", "time_fwd_bwd", "stream_fwd_full", "run_checks", "time_checked"]
 
 
 def liger(module: str, name: str, ctx):
@@ -23,6 +23,19 @@ def liger(module: str, name: str, ctx):
     if ctx.device.type != "cuda":
         raise Skip("Liger is Triton: CUDA only")
     return obj
+
+
+def bench_shapes(label: str, args, ctx, gpu_shapes, cpu_shapes, expected: str) -> list[tuple]:
+    """--shapes, or the op's defaults for this device, less any with the wrong number of dimensions (noted under the
+    table). expected names the dimensions, e.g. "rows x hidden"."""
+    ndim = expected.count(" x ") + 1
+    keep = []
+    for shape in args.shapes or (gpu_shapes if ctx.device.type == "cuda" else cpu_shapes):
+        if len(shape) != ndim:
+            ctx.note(f"{label}: shape {'x'.join(map(str, shape))} skipped: expected {expected}")
+            continue
+        keep.append(shape)
+    return keep
 
 
 def make_impls(label: str, factories: dict, args, ctx, *extra) -> dict:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "layer_norm"
@@ -71,12 +71,8 @@ def _time_impl(fn, x, w, b, dy, ctx) -> dict:
 def run(args, ctx) -> list[dict]:
     fns = make_impls(OP, IMPLS, args, ctx)
 
-    shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
     results = []
-    for shape in shapes:
-        if len(shape) != 2:
-            ctx.note(f"{OP}: shape {'x'.join(map(str, shape))} skipped: expected rows x hidden")
-            continue
+    for shape in bench_shapes(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, "rows x hidden"):
         M, N = shape
         gen = torch.Generator(device=ctx.device).manual_seed(0)
         rand = lambda *size: torch.randn(*size, generator=gen, device=ctx.device)  # noqa: E731

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "rope"
@@ -85,12 +85,8 @@ def _tables(seq, dim, device, dtype, base=500000.0):
 def run(args, ctx) -> list[dict]:
     fns = make_impls(OP, IMPLS, args, ctx)
 
-    shapes = args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES)
     results = []
-    for shape in shapes:
-        if len(shape) != 5:
-            ctx.note(f"{OP}: shape {'x'.join(map(str, shape))} skipped: expected B x Hq x Hk x T x D")
-            continue
+    for shape in bench_shapes(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, "B x Hq x Hk x T x D"):
         B, Hq, Hk, T, D = shape
         gen = torch.Generator(device=ctx.device).manual_seed(0)
         rand = lambda *size: torch.randn(*size, generator=gen, device=ctx.device).to(ctx.dtype)  # noqa: E731

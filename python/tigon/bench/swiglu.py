@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.report import Skip
-from tigon.bench.harness import liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 GPU_SHAPES = [(8192, 14336)]  # Llama-3-8B's intermediate size, 8192 tokens
@@ -80,10 +80,7 @@ def _run_variant(variant, args, ctx) -> list[dict]:
     fns = make_impls(variant, IMPLS, args, ctx, variant)
 
     results = []
-    for shape in args.shapes or (GPU_SHAPES if ctx.device.type == "cuda" else CPU_SHAPES):
-        if len(shape) != 2:
-            ctx.note(f"{variant}: shape {'x'.join(map(str, shape))} skipped: expected tokens x intermediate")
-            continue
+    for shape in bench_shapes(variant, args, ctx, GPU_SHAPES, CPU_SHAPES, "tokens x intermediate"):
         M, N = shape
         gen = torch.Generator(device=ctx.device).manual_seed(0)
         rand = lambda: torch.randn(M, N, generator=gen, device=ctx.device).to(ctx.dtype)  # noqa: E731
