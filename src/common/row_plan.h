@@ -46,4 +46,16 @@ inline Shape cached_shape(int64_t cols, DType dtype, int nv) {
   return s;
 }
 
+// Plan of the kernels that take one row per block iteration (any row length): a quarter of the row's vectors per
+// thread in whole warps (32 to 1024 threads), one block per row up to max_grid. Plan has vec, block and grid.
+template <class Plan>
+Plan row_per_block_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
+  Plan p;
+  p.vec = vec;
+  const int64_t vecs = vec ? x.cols / (16 / dtype_bytes(x.dtype)) : x.cols;
+  p.block = dim3(unsigned(std::clamp<int64_t>(ceil_div(ceil_div(vecs, 4), 32) * 32, 32, 1024)), 1);
+  p.grid = unsigned(std::min<int64_t>(x.rows, max_grid));
+  return p;
+}
+
 }  // namespace tigon::row_plan

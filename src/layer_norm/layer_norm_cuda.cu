@@ -57,15 +57,6 @@ int current_device() {
   return d;
 }
 
-Plan uncached_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
-  Plan p;
-  p.vec = vec;
-  const int64_t vecs = vec ? x.cols / (16 / dtype_bytes(x.dtype)) : x.cols;
-  p.block = dim3(unsigned(std::clamp<int64_t>(ceil_div(ceil_div(vecs, 4), 32) * 32, 32, 1024)), 1);
-  p.grid = unsigned(std::min<int64_t>(x.rows, max_grid));
-  return p;
-}
-
 Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) &&
                    param_aligned(pr.b);
@@ -84,7 +75,7 @@ Plan fwd_plan(const FwdProblem& pr) {
       return p;
     }
   }
-  return uncached_plan(pr.x, vec, INT_MAX);
+  return row_plan::row_per_block_plan<Plan>(pr.x, vec, INT_MAX);
 }
 
 // The cached backward's layout: c vectors of each of r rows per thread, and the block shape; tpr 0 when the row is
@@ -133,7 +124,7 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
     p.block = dim3(b.s.tpr, b.s.rpb);
     p.grid = unsigned(max_rows / b.s.rpb);
   } else {
-    p = uncached_plan(pr.x, vec, max_rows);
+    p = row_plan::row_per_block_plan<Plan>(pr.x, vec, max_rows);
   }
   p.sms = sm_count(device);
   return p;

@@ -51,15 +51,6 @@ Shape cached_shape(int64_t cols, DType x_dtype, int nv, int max_threads) {
   return s.tpr <= max_threads || nv == 4 ? s : cached_shape(cols, x_dtype, 4);
 }
 
-Plan two_pass_plan(const RowMatrix& x, bool vec, int64_t max_grid) {
-  Plan p;
-  p.vec = vec;
-  const int64_t vecs = vec ? x.cols / (16 / dtype_bytes(x.dtype)) : x.cols;
-  p.block = dim3(unsigned(std::clamp<int64_t>(ceil_div(ceil_div(vecs, 4), 32) * 32, 32, 1024)), 1);
-  p.grid = unsigned(std::min<int64_t>(x.rows, max_grid));
-  return p;
-}
-
 Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
                    (pr.w == nullptr || cuda::aligned16(pr.w));
@@ -72,7 +63,7 @@ Plan fwd_plan(const FwdProblem& pr) {
     p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
     return p;
   }
-  return two_pass_plan(pr.x, vec, INT_MAX);
+  return row_plan::row_per_block_plan<Plan>(pr.x, vec, INT_MAX);
 }
 
 // The backward launches about as many blocks as stay resident (launch_bwd asks the occupancy calculator), so each
@@ -105,7 +96,7 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
     p.block = dim3(s.tpr, s.rpb);
     p.grid = unsigned(max_rows / s.rpb);
   } else {
-    p = two_pass_plan(pr.x, vec, max_rows);
+    p = row_plan::row_per_block_plan<Plan>(pr.x, vec, max_rows);
   }
   p.sms = sm_count(device);
   return p;
