@@ -6,6 +6,7 @@ DTensor inputs to tigon.ops.rms_norm / tigon.nn.RMSNorm are checked on a 2-proce
 
 import datetime
 import os
+import sys
 import tempfile
 
 import pytest
@@ -121,9 +122,24 @@ def _train_worker(rank: int, wrapper: str, backend: str, init: str, out: str):
             results[patched]["head_grad_all_local"] = _gather(results[patched]["head_grad_local"])
         if rank == 0:
             torch.save(results, out)
+    except BaseException:
+        dist.destroy_process_group()
+        raise
     finally:
         _causal_lm.fused_linear_cross_entropy = fused
-        dist.destroy_process_group()
+    _finish()
+
+
+def _finish():
+    """A worker's clean end: every rank past its last collective, the group torn down, then the process ends without
+    the interpreter's finalisation. Gloo's worker threads can still hold tensors of finished async work (DTensor's
+    functional collectives) when Python tears down, and that teardown aborts the process (SIGABRT, "terminate called
+    without an active exception") now and then on a loaded machine: CI saw it once in the DTensor test."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _mean(t):
@@ -263,8 +279,10 @@ def _dtensor_worker(rank: int, backend: str, init: str, out: str):
                 raise AssertionError(f"rms_norm accepted {words}")
         if rank == 0:
             torch.save("ok", out)
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    _finish()
 
 
 @needs_dist
