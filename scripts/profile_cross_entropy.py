@@ -4,7 +4,8 @@ against the bytes of one read and one write of the logits. Also for Nsight Compu
 `ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster l2 classic`.
 
     python3 scripts/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [--loss-only] [variant ...]
-Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, l2, classic. --loss-only times the
+Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, pipe (persistent, two buffers; the
+launcher's size), pipe2, pipe4, pipe8, l2, classic. --loss-only times the
 forward without a gradient (one read of the logits; the bytes are those of the read).
 """
 import argparse
@@ -25,7 +26,7 @@ ap.add_argument("--shape", default="8192x128256")
 ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
-ap.add_argument("variants", nargs="*", default=["cluster", "cluster2", "cluster4", "cluster8", "l2", "classic"])
+ap.add_argument("variants", nargs="*", default=["cluster", "cluster4", "cluster8", "pipe", "pipe4", "pipe8", "l2", "classic"])
 args = ap.parse_args()
 
 M, V = map(int, args.shape.split("x"))

@@ -87,14 +87,20 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 }
 
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
-// force the blocks per row), "l2" or "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
+// force the blocks per row), "pipe" (the persistent cluster kernel with two buffers; "pipe1" ... "pipe8"), "l2" or
+// "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
+  const auto sized = [&](const char* prefix, RowKernel kind) {
+    const size_t n = std::strlen(prefix);
+    if (std::strncmp(name, prefix, n) != 0) return false;
+    if (name[n] == 0) *k = {kind, 0};
+    else if (std::strchr("1248", name[n]) && !name[n + 1]) *k = {kind, name[n] - '0'};
+    else return false;
+    return true;
+  };
   if (std::strcmp(name, "l2") == 0) *k = {RowKernel::kL2, 0};
   else if (std::strcmp(name, "classic") == 0) *k = {RowKernel::kClassic, 0};
-  else if (std::strcmp(name, "cluster") == 0) *k = {RowKernel::kCluster, 0};
-  else if (std::strncmp(name, "cluster", 7) == 0 && name[7] && std::strchr("1248", name[7]) && !name[8])
-    *k = {RowKernel::kCluster, name[7] - '0'};
-  else return false;
+  else return sized("cluster", RowKernel::kCluster) || sized("pipe", RowKernel::kPipe);
   return true;
 }
 
@@ -103,7 +109,7 @@ KernelChoice env_choice() {
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
-         "cluster4, cluster8, l2, classic");
+         "cluster4, cluster8, pipe, pipe1, pipe2, pipe4, pipe8, l2, classic");
   return k;
 }
 

@@ -44,11 +44,7 @@ constexpr int64_t kMaxRowVecs = int64_t(1) << 30;
 
 // exp(x - m) is computed as 2^(x log2e - m log2e): one FMA and one SFU instruction (ex2.approx, 2 ulp) per element.
 constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float exp2_fast(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+using cuda::exp2_fast;
 
 // softcap tanh(x / softcap), the division as a product (one FMUL instead of a full-precision divide per element).
 template <int O>

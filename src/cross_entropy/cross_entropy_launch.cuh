@@ -47,26 +47,28 @@ inline DeviceLimits device_limits() {
   return d;
 }
 
-// The cluster kernel's split of a row of nvec 16-byte vectors. By default the fewest blocks whose slices leave room
-// for two blocks per SM (one loads while another writes; bf16 x 128256: 4 blocks of 62.6 KB, three per SM), else the
-// fewest that fit at all; `forced` (1, 2, 4, 8) asks for a size, if it fits. csize 0: the row does not fit in 8 blocks.
+// The cluster kernel's split of a row of nvec 16-byte vectors into `stages` buffers per block. By default the fewest
+// blocks whose buffers leave room for two blocks per SM (one loads while another writes; bf16 x 128256: one buffer
+// in 4 blocks of 62.6 KB, three per SM; two buffers in 8 blocks of 2 x 31.3 KB, three per SM), else the fewest that
+// fit at all; `forced` (1, 2, 4, 8) asks for a size, if it fits. csize 0: the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
-  size_t smem = 0;  // dynamic shared memory: the slice
+  size_t smem = 0;  // dynamic shared memory: the buffers
   kern::SliceShape sh;
 };
-constexpr int kStaticSmemReserve = 1024;  // the kernel's static shared memory (~900 B)
+constexpr int kStaticSmemReserve = 1024;  // the kernel's static shared memory (~1 KB)
 
-inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d) {
+inline ClusterPlan cluster_plan(int64_t nvec, int forced, int stages, const DeviceLimits& d) {
   const int64_t fit = d.smem_block - kStaticSmemReserve;
   const int64_t two_per_sm = d.smem_sm / 2 - 2 * kStaticSmemReserve;  // 1 KB per block is the system's
   ClusterPlan p;
   for (int pass = forced ? 0 : 1; pass < 3 && p.csize == 0; ++pass)  // a forced size that does not fit: as if unforced
     for (int c = 1; c <= kern::kMaxCluster && p.csize == 0; c *= 2) {
-      const int64_t bytes = (nvec + c - 1) / c * 16;
+      const int64_t bytes = (nvec + c - 1) / c * 16 * stages;
       if (pass == 0 ? c == forced && bytes <= fit : bytes <= (pass == 1 ? two_per_sm : fit)) p.csize = c;
     }
   if (p.csize == 0) return p;
+  p.sh.stages = stages;
   p.sh.slice_vecs = std::max<int64_t>(1, (nvec + p.csize - 1) / p.csize);
   // ~8 or more vectors per thread: enough work per thread to pay for the block, whole warps.
   p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs + 255) / 256 * 32, 32, kern::kClusterThreads));
@@ -74,7 +76,7 @@ inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d)
   const int64_t group = int64_t(p.threads) * kern::kClusterUnroll;
   const int64_t pieces = std::clamp<int64_t>((p.sh.slice_vecs + group - 1) / group, 1, kern::kMaxPieces);
   p.sh.piece_vecs = ((p.sh.slice_vecs + pieces - 1) / pieces + group - 1) / group * group;  // rounding up: <= pieces
-  p.smem = size_t(p.sh.slice_vecs) * 16;
+  p.smem = size_t(p.sh.slice_vecs) * 16 * stages;
   return p;
 }
 
@@ -91,23 +93,26 @@ inline void allow_max_smem(const void* kernel, const DeviceLimits& d, int dev) {
                                         d.smem_block - int(attr.sharedSizeBytes)));
 }
 
-// Whether at least one cluster of this shape can be resident (the launch fails otherwise: a cluster's blocks must fit
-// in one GPC at once), asked once per kernel, device and shape.
-inline bool cluster_fits(const void* kernel, const cudaLaunchConfig_t& cfg, int dev) {
+// How many clusters of this shape can be resident at once (0: none, and a launch would fail: a cluster's blocks must
+// fit in one GPC at once), asked once per kernel, device and shape.
+inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int dev) {
   static std::mutex mu;
-  static std::map<std::tuple<int, const void*, unsigned, unsigned, size_t>, bool> cache;
+  static std::map<std::tuple<int, const void*, unsigned, unsigned, size_t>, int> cache;
   const auto key = std::make_tuple(dev, kernel, cfg.attrs[0].val.clusterDim.x, cfg.blockDim.x, cfg.dynamicSmemBytes);
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int n = 0;
-  const bool ok = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess && n > 0;
-  if (!ok) (void)cudaGetLastError();  // a refused query is an answer, not an error to report later
-  return cache[key] = ok;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // a refused query is an answer, not an error to report later
+    n = 0;
+  }
+  return cache[key] = std::max(n, 0);
 }
 
-// Launches the cluster kernel with plan p; false (and nothing launched, no error left behind) when the cluster
-// cannot be placed or the launch is refused, so the caller tries another size or the classic kernel.
+// Launches the cluster kernel with plan p: one cluster per row with one buffer, or (two buffers) as many clusters as
+// are resident, each walking rows. False (and nothing launched, no error left behind) when the cluster cannot be
+// placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, int O>
 bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
@@ -121,13 +126,15 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   attr[0].val.clusterDim.x = unsigned(p.csize);
   attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // one cluster per row: a multiple of the cluster size
+  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // a multiple of the cluster size
   cfg.blockDim = dim3(unsigned(p.threads));
   cfg.dynamicSmemBytes = p.smem;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (!cluster_fits(key, cfg, dev)) return false;
+  const int resident = active_clusters(key, cfg, dev);
+  if (resident == 0) return false;
+  if (p.sh.stages > 1) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
   if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
@@ -162,29 +169,38 @@ void with_options(const RowArgs& a, F f) {
   }
 }
 
+// The name of a cluster kernel run, as tests and the profiler see it: "cluster4", "pipe8".
+inline const char* cluster_name(int stages, int csize) {
+  static const char* const names[2][9] = {{"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"},
+                                          {"", "pipe1", "pipe2", "", "pipe4", "", "", "", "pipe8"}};
+  return names[stages > 1][csize];
+}
+
 template <class T>
 const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaStream_t stream) {
-  static const char* const names[] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
   RowArgs a = args;
   a.inv_softcap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
   const char* ran = "classic";
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
-    if (vec && k.kind == RowKernel::kCluster) {
-      // The planned size first, then any other that fits; never a launch error for the choice of size.
+    if (vec && (k.kind == RowKernel::kCluster || k.kind == RowKernel::kPipe)) {
+      // The planned size first, then any other that fits (pipe: then with one buffer); never a launch error for the
+      // choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
-      const ClusterPlan first = cluster_plan(nvec, k.cluster, d);
-      if (launch_cluster<T, O>(a, first, d, stream)) {
-        ran = names[first.csize];
-        return;
-      }
-      for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
-        const ClusterPlan p = cluster_plan(nvec, c, d);
-        if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream)) {
-          ran = names[c];
+      for (int stages = k.kind == RowKernel::kPipe ? 2 : 1; stages >= 1; --stages) {
+        const ClusterPlan first = cluster_plan(nvec, k.cluster, stages, d);
+        if (launch_cluster<T, O>(a, first, d, stream)) {
+          ran = cluster_name(stages, first.csize);
           return;
+        }
+        for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
+          const ClusterPlan p = cluster_plan(nvec, c, stages, d);
+          if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream)) {
+            ran = cluster_name(stages, c);
+            return;
+          }
         }
       }
     }

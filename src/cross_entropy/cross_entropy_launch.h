@@ -37,12 +37,12 @@ struct ScaleArgs {
   int64_t go_stride = 0;  // 0: one scale for every row
 };
 
-// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster and l2 need vec; a
-// variant that cannot take the rows runs the classic kernel instead.
-enum class RowKernel { kCluster, kL2, kClassic };
+// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster, pipe and l2 need vec; a
+// variant that cannot take the rows runs the classic kernel instead (pipe: first the cluster kernel).
+enum class RowKernel { kCluster, kL2, kClassic, kPipe };
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;  // kCluster: blocks per row (1, 2, 4, 8), 0 for the launcher's choice by row size
+  int cluster = 0;  // kCluster, kPipe: blocks per row (1, 2, 4, 8), 0 for the launcher's choice by row size
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();

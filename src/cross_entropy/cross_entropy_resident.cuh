@@ -3,8 +3,13 @@
 // over a thread block cluster of 1-8 blocks, each holding its slice in shared memory. The bulk copy engine fills the
 // slice in pieces, each completing on its own mbarrier, so the statistics of the first piece overlap the arrival of
 // the rest; the blocks exchange their partial statistics through distributed shared memory, then write the gradient
-// from shared memory. One cluster per row, no loop: with ~63 KB slices three blocks share an SM and their phases
-// (loading, writing) overlap.
+// from shared memory.
+//
+// Two ways to run it (SliceShape::stages, the launcher's grid):
+// - `cluster`: one cluster per row, one buffer. With ~63 KB slices three blocks share an SM and their phases
+//   (loading, writing) overlap, as far as the block scheduler staggers them.
+// - `pipe`: as many clusters as are resident, each walking rows with a stride, two buffers per block: the next row's
+//   copy is in flight while this row's statistics and gradient are computed, so every SM always has bytes coming.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -18,105 +23,138 @@ constexpr int kClusterThreads = 256;
 constexpr int kClusterUnroll = 4;  // vectors per group; a piece is a whole number of groups per thread
 constexpr int kMaxCluster = 8;    // the portable maximum
 constexpr int kMaxPieces = 16;
+constexpr int kMaxStages = 2;
 
-// How a row is split (in 16-byte vectors): block `rank` holds [rank * slice_vecs, +slice_vecs), copied in pieces.
+// How a row is split (in 16-byte vectors): block `rank` holds [rank * slice_vecs, +slice_vecs), copied in pieces,
+// into each of `stages` buffers (rows i, i + 1, ... of the block's walk, buffer i % stages).
 struct SliceShape {
   int64_t slice_vecs = 0;
   int64_t piece_vecs = 1;
+  int stages = 1;
 };
 
 template <class T, int O>
 __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArgs a, SliceShape sh) {
   constexpr int V = kVec<T>, U = kClusterUnroll;
-  extern __shared__ uint4 slice[];            // this block's part of the row, as stored in memory
-  __shared__ uint64_t bars[kMaxPieces];       // one per piece, each used for one phase
+  extern __shared__ uint4 slices[];                  // stages buffers of slice_vecs: this block's part of a row
+  __shared__ uint64_t bars[kMaxStages][kMaxPieces];  // one per buffer and piece, a phase per copy
   __shared__ RowStats warp_stats[kClusterThreads / 32];
-  __shared__ RowStats rank_stats[kMaxCluster];  // slot r: block r's statistics, written by block r
+  __shared__ RowStats rank_stats[2][kMaxCluster];  // [exchange % 2][r]: block r's statistics, written by block r
 
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int tid = int(threadIdx.x), nthr = int(blockDim.x);
-  const int64_t row = blockIdx.x / csize;
+  const int64_t first_row = blockIdx.x / csize, row_step = gridDim.x / csize;
   const int64_t nvec = a.cols / V, v0 = rank * sh.slice_vecs;  // nvec < kMaxRowVecs: 32-bit vector indices below
   const int64_t count = v0 < nvec ? min(sh.slice_vecs, nvec - v0) : 0, v_end = v0 + count;
   const int tail = rank == csize - 1 ? int(a.cols - nvec * V) : 0;  // the last block: columns after whole vectors
-  const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
-  T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
-  uint4* gv = reinterpret_cast<uint4*>(grad);
-  const int64_t t = load_target(a, row);
-
-  if (t == a.ignore_index) {  // the same in every block of the cluster, so none of them uses the cluster barrier
-    if (rank == 0 && tid == 0) write_ignored(a, row);
-    if (grad) {
-      for (int64_t k = v0 + tid; k < v_end; k += nthr) __stcg(gv + k, make_uint4(0, 0, 0, 0));
-      if (tid < tail) grad[nvec * V + tid] = from_f<T>(0.f);
-    }
-    return;
-  }
-
-  // Thread 0 starts every piece's copy at once: the whole slice is in flight while the statistics follow it.
   const int pieces = int((count + sh.piece_vecs - 1) / sh.piece_vecs);
+
   if (tid == 0) {
-    for (int p = 0; p < pieces; ++p) cuda::mbar_init(&bars[p], 1);
+    for (int b = 0; b < sh.stages; ++b)
+      for (int p = 0; p < pieces; ++p) cuda::mbar_init(&bars[b][p], 1);
     cuda::mbar_init_fence();
   }
   __syncthreads();
-  if (tid == 0) {
+  // Thread 0 starts every piece of a row's copy into buffer b at once: the whole slice is in flight while the
+  // statistics follow it. Ignored rows are not read (every thread skips their wait alike).
+  const auto copy_row = [&](int64_t row, int b) {
+    if (tid != 0 || row >= a.rows || load_target(a, row) == a.ignore_index) return;
+    const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
     const uint64_t policy = cuda::l2_evict_first();  // read once
     for (int p = 0; p < pieces; ++p) {
       const int64_t first = p * sh.piece_vecs;
       const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
-      cuda::mbar_arrive_expect_tx(&bars[p], bytes);
-      cuda::bulk_copy_g2s(slice + first, x + (v0 + first) * V, bytes, &bars[p], policy);
+      cuda::mbar_arrive_expect_tx(&bars[b][p], bytes);
+      cuda::bulk_copy_g2s(slices + b * sh.slice_vecs + first, x + (v0 + first) * V, bytes, &bars[b][p], policy);
     }
-  }
+  };
+  for (int b = 0; b < sh.stages; ++b) copy_row(first_row + b * row_step, b);
   // Every block of the cluster must be running before another writes into its shared memory: arrive now, wait
-  // after the statistics, by when the wait costs nothing.
+  // before the first exchange, by when the wait costs nothing.
   __cluster_barrier_arrive_relaxed();
+  bool cluster_ready = false;
+  uint32_t parity = 0;     // bit b: the phase of buffer b's barriers that the next copy into it completes
+  uint32_t exchanges = 0;  // rank_stats slot: a block can be one exchange ahead of another, never two
 
-  // The target logit, read before the cluster barrier below, after which some block may write a gradient over it.
-  float xt = NAN;
-  if (rank == 0 && tid == 0 && t >= 0 && t < a.cols) xt = capped<O>(to_f<T>(x[t]), a);
+  int64_t i = 0;
+  for (int64_t row = first_row; row < a.rows; row += row_step, ++i) {
+    const int b = int(i % sh.stages);
+    const uint4* slice = slices + b * sh.slice_vecs;
+    const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
+    T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
+    uint4* gv = reinterpret_cast<uint4*>(grad);
+    const int64_t t = load_target(a, row);
 
-  // Vector k of the row (v0 <= k < v_end) is slice[k - v0].
-  const auto from_slice = [&](uint32_t k) { return slice[k - uint32_t(v0)]; };
-  RowStats st;
-  for (int p = 0; p < pieces; ++p) {
-    cuda::mbar_wait(&bars[p], 0);
-    const int64_t first = v0 + p * sh.piece_vecs;
-    stats_pass<T, O, U>(st, uint32_t(first + tid), uint32_t(min(v_end, first + sh.piece_vecs)), nthr, a, from_slice);
-  }
-  resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V, [&](int64_t c) { return from_slice(uint32_t(c / V)); });
-  float xtail = 0.f;  // the tail is read straight from global memory (fewer than V elements)
-  if (tid < tail) {
-    xtail = to_f<T>(x[nvec * V + tid]);
-    accumulate1<O>(st, xtail, nvec * V + tid, a);
-  }
-  st = block_merge(st, warp_stats);
+    if (t == a.ignore_index) {  // the same in every block of the cluster: none of them exchanges statistics
+      if (rank == 0 && tid == 0) write_ignored(a, row);
+      if (grad) {
+        for (int64_t k = v0 + tid; k < v_end; k += nthr) __stcg(gv + k, make_uint4(0, 0, 0, 0));
+        if (tid < tail) grad[nvec * V + tid] = from_f<T>(0.f);
+      }
+    } else {
+      // The target logit, read before the exchange, after which some block may write a gradient over it.
+      float xt = NAN;
+      if (rank == 0 && tid == 0 && t >= 0 && t < a.cols) xt = capped<O>(to_f<T>(x[t]), a);
 
-  // Each block writes its statistics into slot `rank` of every block's rank_stats; after the barrier every block
-  // merges the same values in the same order (so they agree bit for bit), and no block touches another's memory again
-  // (so each may leave whenever it is done).
-  __cluster_barrier_wait();
-  if (tid < csize) put(cluster.map_shared_rank(&rank_stats[rank], tid), st);
-  cluster.sync();
-  RowStats r = rank_stats[0];
-  for (int i = 1; i < csize; ++i) r = merge(r, rank_stats[i]);
-  const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
-  if (!grad) return;
+      // Vector k of the row (v0 <= k < v_end) is slice[k - v0].
+      const auto from_slice = [&](uint32_t k) { return slice[k - uint32_t(v0)]; };
+      RowStats st;
+      for (int p = 0; p < pieces; ++p) {
+        cuda::mbar_wait(&bars[b][p], (parity >> b) & 1);
+        const int64_t first = v0 + p * sh.piece_vecs;
+        stats_pass<T, O, U>(st, uint32_t(first + tid), uint32_t(min(v_end, first + sh.piece_vecs)), nthr, a,
+                            from_slice);
+      }
+      parity ^= 1u << b;
+      resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
+                        [&](int64_t c) { return from_slice(uint32_t(c / V)); });
+      float xtail = 0.f;  // the tail is read straight from global memory (fewer than V elements)
+      if (tid < tail) {
+        xtail = to_f<T>(x[nvec * V + tid]);
+        accumulate1<O>(st, xtail, nvec * V + tid, a);
+      }
+      st = block_merge(st, warp_stats);
 
-  with_fold(k, [&](auto fold) {
-    constexpr bool F = decltype(fold)::value;
-    grad_pass<T, O, F, U>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
-                          [&](uint32_t i, const uint4& g) { __stcg(gv + i, g); });
-    if (tid < tail) {
-      const int64_t c = nvec * V + tid;
-      grad[c] = from_f<T>(grad_elem<O, F>(xtail, c, c == t, k, a));
+      // Each block writes its statistics into slot `rank` of every block's rank_stats; after the barrier every
+      // block merges the same values in the same order (so they agree bit for bit). Slots alternate between
+      // exchanges: a block that is through this barrier may write the next exchange's statistics while another
+      // still reads this one's, but cannot get further ahead without that block reaching the next barrier.
+      if (!cluster_ready) {
+        __cluster_barrier_wait();
+        cluster_ready = true;
+      }
+      RowStats* slots = rank_stats[exchanges++ & 1];
+      if (tid < csize) put(cluster.map_shared_rank(&slots[rank], tid), st);
+      cluster.sync();
+      RowStats r = slots[0];
+      for (int j = 1; j < csize; ++j) r = merge(r, slots[j]);
+      const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
+
+      if (grad) {
+        with_fold(k, [&](auto fold) {
+          constexpr bool F = decltype(fold)::value;
+          grad_pass<T, O, F, U>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
+                                [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); });
+          if (tid < tail) {
+            const int64_t c = nvec * V + tid;
+            grad[c] = from_f<T>(grad_elem<O, F>(xtail, c, c == t, k, a));
+          }
+          const int64_t kt = t / V;  // the target's vector: its thread adds the one-hot term
+          if (t >= 0 && kt >= v0 && kt < v_end && (kt - v0) % nthr == tid)
+            fix_target<T, O, F>(grad, to_f<T>(reinterpret_cast<const T*>(slice)[t - v0 * V]), k, a);
+        });
+      }
     }
-    const int64_t kt = t / V;  // the target's vector: its thread adds the one-hot term
-    if (t >= 0 && kt >= v0 && kt < v_end && (kt - v0) % nthr == tid)
-      fix_target<T, O, F>(grad, to_f<T>(reinterpret_cast<const T*>(slice)[t - v0 * V]), k, a);
-  });
+    if (row + sh.stages * row_step < a.rows) {
+      __syncthreads();  // every thread is done reading buffer b ...
+      if (tid == 0) cuda::fence_proxy_async_shared();  // ... before the copy engine writes it again
+      copy_row(row + sh.stages * row_step, b);
+    }
+  }
+  // Arrive and wait pair up also in a cluster whose rows were all ignored. No block touches another's shared memory
+  // after its last exchange barrier, so each may leave once it is done.
+  if (!cluster_ready) __cluster_barrier_wait();
 }
 
 }  // namespace tigon::cross_entropy::kern
