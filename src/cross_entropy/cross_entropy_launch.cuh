@@ -56,7 +56,7 @@ struct ClusterPlan {
   size_t smem = 0;  // dynamic shared memory: the buffers
   kern::SliceShape sh;
 };
-constexpr int kStaticSmemReserve = 1024;  // the kernel's static shared memory (~1 KB)
+constexpr int kStaticSmemReserve = 1536;  // the kernel's static shared memory (1216 B: barriers, statistics)
 
 inline ClusterPlan cluster_plan(int64_t nvec, int forced, int stages, const DeviceLimits& d) {
   const int64_t fit = d.smem_block - kStaticSmemReserve;
