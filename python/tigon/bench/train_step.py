@@ -5,7 +5,9 @@ One step = forward with labels=input_ids, backward, AdamW (foreach) step, zero_g
 activation checkpointing (non-reentrant), random weights and tokens (no download). step_ms is the mean over the timed
 steps (host overhead included: what a training loop sees), after warm-up steps that allocate the optimizer state;
 peak_gib is torch.cuda.max_memory_allocated over warm-up and timed steps (weights, gradients and optimizer state
-included). GPU only: on a CPU the benchmark notes that it skips. Slow (each configuration builds a 1-2 B-parameter
+included); peak_fwd_bwd_gib the same over the timed steps' forward and backward alone, before the optimizer step (whose
+own peak, weights + gradients + moments + foreach AdamW's temporary sqrt of every second moment, no model kernel
+changes); states_gib is weights + gradients + moments. GPU only: on a CPU the benchmark notes that it skips. Slow (each configuration builds a 1-2 B-parameter
 model three times), so it is not in the default op list: python -m tigon.bench --ops train_step [--quick].
 """
 
@@ -92,23 +94,36 @@ def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
     gen = torch.Generator(device=ctx.device).manual_seed(1)
     ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=gen, device=ctx.device)
 
+    peak_model = 0
+
     def step():
+        # The peak of the forward and backward alone as well (the model's activations and the loss, what the patch
+        # changes), apart from the optimizer step's: foreach AdamW holds weights, gradients, both moments and one
+        # temporary per parameter (its sqrt of the second moment) at once, whatever the model's kernels.
+        nonlocal peak_model
+        torch.cuda.reset_peak_memory_stats(ctx.device)  # the previous step's peak is in peak_all already
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         loss.backward()
+        peak_model = max(peak_model, torch.cuda.max_memory_allocated(ctx.device))
         opt.step()
         opt.zero_grad(set_to_none=True)
+        peak_all[0] = max(peak_all[0], torch.cuda.max_memory_allocated(ctx.device))
         return loss.detach()
 
+    peak_all = [0]
     losses = [step() for _ in range(warmup)]
     torch.cuda.synchronize(ctx.device)
+    peak_model = 0  # the timed steps' peaks (the first step's includes allocating the optimizer state)
     t0 = time.perf_counter()
     losses += [step() for _ in range(steps)]
     torch.cuda.synchronize(ctx.device)
     step_ms = (time.perf_counter() - t0) * 1e3 / steps
+    n_params = sum(p.numel() for p in model.parameters())
     out = {"step_ms": step_ms, "tokens_per_s": BATCH * SEQ / (step_ms * 1e-3),
-           "peak_gib": torch.cuda.max_memory_allocated(ctx.device) / 2**30,
-           "loss_first": losses[0].item(), "loss_last": losses[-1].item(),
-           "params": sum(p.numel() for p in model.parameters())}
+           "peak_gib": peak_all[0] / 2**30, "peak_fwd_bwd_gib": peak_model / 2**30,
+           # weights + gradients + two AdamW moments, in the weights' dtype: the floor of any step's peak
+           "states_gib": 4 * sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30,
+           "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "params": n_params}
     return out
 
 
@@ -138,7 +153,8 @@ def run(args, ctx) -> list[dict]:
             try:
                 rec = _record(ctx, name, impl, steps, **_measure(name, make, ctx, warmup, steps))
                 progress(f"{OP} {name} {impl}: {rec['step_ms']:.1f} ms/step, {rec['tokens_per_s']:.0f} tokens/s, "
-                         f"peak {rec['peak_gib']:.2f} GiB, loss {rec['loss_first']:.4f} -> {rec['loss_last']:.4f}")
+                         f"peak {rec['peak_gib']:.2f} GiB (forward + backward {rec['peak_fwd_bwd_gib']:.2f}, states "
+                         f"{rec['states_gib']:.2f}), loss {rec['loss_first']:.4f} -> {rec['loss_last']:.4f}")
             except Skip as s:
                 ctx.note(f"{OP} {name}: {impl} skipped: {s}")
                 continue
@@ -160,8 +176,8 @@ def print_table(results: list[dict]) -> None:
     r0 = rows[0]
     print(f"\n{OP}: {r0['gpu']} | {r0['dtype']} | batch {r0['batch']} x seq {r0['seq']} | AdamW foreach, activation "
           f"checkpointing, SDPA | torch {r0['torch']} | transformers {r0['transformers']} | git {r0['git_sha']}")
-    cols = [("model", 12), ("impl", 6), ("step ms", 9), ("tokens/s", 9), ("peak GiB", 9), ("x hf", 6),
-            ("loss first/last", 17)]
+    cols = [("model", 12), ("impl", 6), ("step ms", 9), ("tokens/s", 9), ("peak GiB", 9), ("fwd+bwd", 8),
+            ("states", 7), ("x hf", 6), ("loss first/last", 17)]
     print("  ".join(n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(cols)))
     for r in rows:
         head = [r["model"].ljust(12), r["impl"].ljust(6)]
@@ -170,6 +186,7 @@ def print_table(results: list[dict]) -> None:
             continue
         hf = next((h for h in rows if h["model"] == r["model"] and h["impl"] == "hf" and not h.get("error")), None)
         speedup = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-"
-        cells = [f"{r['step_ms']:.1f}", f"{r['tokens_per_s']:.0f}", f"{r['peak_gib']:.2f}", speedup,
+        cells = [f"{r['step_ms']:.1f}", f"{r['tokens_per_s']:.0f}", f"{r['peak_gib']:.2f}",
+                 f"{r.get('peak_fwd_bwd_gib', float('nan')):.2f}", f"{r.get('states_gib', float('nan')):.2f}", speedup,
                  f"{r['loss_first']:.3f}/{r['loss_last']:.3f}"]
         print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells, cols[2:])]))
