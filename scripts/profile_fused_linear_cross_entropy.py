@@ -1,0 +1,89 @@
+"""Where the time of one fused linear + cross entropy pass goes (forward + backward, bf16): the CUDA kernels of a few
+passes under torch.profiler, grouped into GEMMs, the cross entropy row kernel, the dW narrowing and the rest, each
+with its share of the pass; the GEMMs' TFLOP/s (three GEMMs of 2·N·H·V FLOP); and, for comparison, torch.mm (cuBLAS
+through torch) timed alone on the same three products at the chunk size the op picks. Tells how far the GEMMs are
+from the library's rate and what the rest costs (issue 4: 16384 x 4096 x 128256 at 81.6 ms against the 80 ms bar).
+
+    python3 scripts/profile_fused_linear_cross_entropy.py [--shape 16384x4096x128256] [--reps 3] [--chunk N]
+--chunk: the chunk the comparison GEMMs use (default: the op's own, from its 1.5 GiB budget rule).
+"""
+import argparse
+import collections
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import tigon  # noqa: F401  (registers the ops)
+from tigon.bench.timing import time_ms
+from tigon.ops.fused_linear_cross_entropy import chunk_plan, fused_linear_cross_entropy
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--shape", default="16384x4096x128256")
+ap.add_argument("--reps", type=int, default=3)
+ap.add_argument("--chunk", type=int, default=0)
+ap.add_argument("--device", default="cuda")  # cpu: a smoke test of this script (no kernels to group)
+args = ap.parse_args()
+
+N, H, V = map(int, args.shape.split("x"))
+dev, dt = torch.device(args.device), torch.bfloat16
+gen = torch.Generator(device=dev).manual_seed(0)
+x = (torch.randn(N, H, generator=gen, device=dev) * 0.5).to(dt).requires_grad_()
+w = (torch.randn(V, H, generator=gen, device=dev) * 0.02).to(dt).requires_grad_()
+t = torch.randint(0, V, (N,), generator=gen, device=dev)
+flop = 3 * 2 * N * H * V
+
+
+def one_pass():
+    x.grad = w.grad = None
+    fused_linear_cross_entropy(x, w, t).backward()
+
+
+def kind(name: str) -> str:
+    n = name.lower()
+    if any(k in n for k in ("gemm", "sm90_xmma", "cutlass", "nvjet", "cublas")):
+        return "gemm"
+    if "rows_kernel" in n:
+        return "cross entropy rows"
+    if "narrow" in n:
+        return "dW narrowing"
+    if "column_sum" in n:
+        return "column sums"
+    return "other"
+
+
+for _ in range(2):  # warm-up: cuBLASLt plans, allocator
+    one_pass()
+torch.cuda.synchronize() if dev.type == "cuda" else None
+with profile(activities=[ProfilerActivity.CUDA] if dev.type == "cuda" else [ProfilerActivity.CPU]) as prof:
+    for _ in range(args.reps):
+        one_pass()
+    torch.cuda.synchronize() if dev.type == "cuda" else None
+
+by_kind, by_name = collections.Counter(), collections.Counter()
+for e in prof.events():
+    if e.device_type == torch.autograd.DeviceType.CUDA:
+        us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        by_kind[kind(e.name)] += us / args.reps
+        by_name[e.name] += us / args.reps
+total = sum(by_kind.values()) or float("nan")
+print(f"fused linear + CE {N}x{H}x{V} bf16, forward + backward, device time per pass (kernels summed): "
+      f"{total / 1e3:.2f} ms")
+for k, us in by_kind.most_common():
+    extra = f"  {flop / (us * 1e-6) / 1e12:6.1f} TFLOP/s" if k == "gemm" else ""
+    print(f"  {k:22s} {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%{extra}")
+print("  kernels:")
+for name, us in by_name.most_common(12):
+    print(f"    {us / 1e3:8.3f} ms  {name[:110]}")
+wall = time_ms(one_pass, dev, 5, 2)
+print(f"  wall per pass (CUDA events): {wall:.2f} ms")
+
+# The same three products through torch.mm at one chunk (cuBLAS's own choice of kernel), bf16 out.
+chunk = args.chunk or chunk_plan(x, w)[1]
+xc = x.detach()[:chunk].contiguous()
+wd = w.detach()
+g = torch.randn(chunk, V, device=dev, dtype=dt)
+for label, fn, f in (("logits  x·Wᵀ", lambda: xc @ wd.T, 2 * chunk * H * V),
+                     ("dX      G·W", lambda: g @ wd, 2 * chunk * H * V),
+                     ("dW      Gᵀ·x", lambda: g.T @ xc, 2 * chunk * H * V)):
+    ms = time_ms(fn, dev, 10, 3)
+    print(f"  torch.mm {label} (chunk {chunk}): {ms:.3f} ms  {f / (ms * 1e-3) / 1e12:6.1f} TFLOP/s")
