@@ -88,14 +88,18 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
 // force the blocks per row), "pipe" (the persistent cluster kernel with two buffers; "pipe1" ... "pipe8"), "l2" or
-// "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
+// "classic"; "-poly" after a cluster or pipe name moves 2 of 8 exponentials of plain bf16 gradients to the FMA pipes.
+// See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
   const auto sized = [&](const char* prefix, RowKernel kind) {
     const size_t n = std::strlen(prefix);
     if (std::strncmp(name, prefix, n) != 0) return false;
-    if (name[n] == 0) *k = {kind, 0};
-    else if (std::strchr("1248", name[n]) && !name[n + 1]) *k = {kind, name[n] - '0'};
-    else return false;
+    const char* rest = name + n;
+    int blocks = 0;
+    if (*rest && std::strchr("1248", *rest)) blocks = *rest++ - '0';
+    const bool poly = std::strcmp(rest, "-poly") == 0;
+    if (*rest && !poly) return false;
+    *k = {kind, blocks, poly};
     return true;
   };
   if (std::strcmp(name, "l2") == 0) *k = {RowKernel::kL2, 0};
@@ -109,11 +113,11 @@ KernelChoice env_choice() {
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
-         "cluster4, cluster8, pipe, pipe1, pipe2, pipe4, pipe8, l2, classic");
+         "cluster4, cluster8, pipe, pipe1, pipe2, pipe4, pipe8 (each with -poly or not), l2, classic");
   return k;
 }
 
-// A test's override (tigon_testing_cross_entropy_kernel), encoded as kind * 16 + cluster; -1: none.
+// A test's override (tigon_testing_cross_entropy_kernel), encoded as (kind * 16 + cluster) * 2 + poly; -1: none.
 std::atomic<int> g_override{-1};
 thread_local const char* g_last_kernel = "";
 
@@ -125,7 +129,7 @@ bool rows_aligned(const RowMatrix& m) {
 
 KernelChoice row_kernel_choice() {
   const int o = g_override.load(std::memory_order_relaxed);
-  if (o >= 0) return KernelChoice{RowKernel(o / 16), o % 16};
+  if (o >= 0) return KernelChoice{RowKernel(o / 32), o / 2 % 16, o % 2 == 1};
   static const KernelChoice env = env_choice();  // read once, at the first launch
   return env;
 }
@@ -200,7 +204,7 @@ tigon_status_t tigon_testing_cross_entropy_kernel(const char* name) {
     using namespace tigon::cross_entropy;
     KernelChoice k;
     if (name && !parse_choice(name, &k)) tigon::fail_arg("name", "is not a cross entropy kernel: ", name);
-    g_override.store(name ? int(k.kind) * 16 + k.cluster : -1);
+    g_override.store(name ? (int(k.kind) * 16 + k.cluster) * 2 + int(k.poly) : -1);
   });
 }
 

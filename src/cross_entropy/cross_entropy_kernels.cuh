@@ -269,15 +269,19 @@ struct GradCoef {
   int64_t t;
 };
 
+// poly: the exponential on the FMA pipes (cuda::exp2_poly, 2^-13.7) instead of the SFU: for a share of a vector's
+// elements when the gradient is bf16 (see grad_vec).
 template <int O, bool kFold>
-__device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, const GradCoef& k, const RowArgs& a) {
+__device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, const GradCoef& k, const RowArgs& a,
+                                           bool poly = false) {
   float xc = x, dcap = 1.f;
   if constexpr ((O & kCap) != 0) {
     const float th = tanhf(x * a.inv_softcap);
     xc = a.softcap * th;
     dcap = 1.f - th * th;
   }
-  float g = exp2_fast(fmaf(xc, kLog2e, k.c));
+  const float y = fmaf(xc, kLog2e, k.c);
+  float g = poly ? cuda::exp2_poly(y) : exp2_fast(y);
   if constexpr (!kFold) g *= k.a;
   if constexpr ((O & kSmooth) != 0) g -= k.b * weight_of(a, c);
   if (target) g -= k.d;
@@ -286,12 +290,15 @@ __device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, cons
 }
 
 // The gradient of the vector at columns [c0, c0 + V), packed. The target's term is not here: fix_target adds it.
-template <class T, int O, bool kFold>
+// The first P elements take their exponential from the FMA pipes: the plain gradient pass is bound by the SFU's 16 ex2
+// per SM cycle (one per element) while its ~4 other instructions per element leave the issue slots half idle, so
+// moving 2 of 8 (bf16) to an ~8-instruction polynomial balances the two (bench/NOTES.md, cross entropy).
+template <class T, int O, bool kFold, int P = 0>
 __device__ __forceinline__ uint4 grad_vec(const uint4& u, int64_t c0, const GradCoef& k, const RowArgs& a) {
   float x[kVec<T>], g[kVec<T>];
   unpack<T>(u, x);
 #pragma unroll
-  for (int e = 0; e < kVec<T>; ++e) g[e] = grad_elem<O, kFold>(x[e], c0 + e, false, k, a);
+  for (int e = 0; e < kVec<T>; ++e) g[e] = grad_elem<O, kFold>(x[e], c0 + e, false, k, a, e < P);
   return cuda::pack16<T>(g);
 }
 
@@ -321,8 +328,8 @@ __device__ __forceinline__ void stats_pass(RowStats& st, uint32_t first, uint32_
   }
 }
 
-// Pass 2 over the same vectors: store(k, gradient of vector k).
-template <class T, int O, bool kFold, int U, class Load, class Store>
+// Pass 2 over the same vectors: store(k, gradient of vector k); P as in grad_vec.
+template <class T, int O, bool kFold, int U, int P = 0, class Load, class Store>
 __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, uint32_t end, uint32_t step,
                                           const RowArgs& a, Load load, Store store) {
   constexpr int V = kVec<T>;
@@ -332,9 +339,10 @@ __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, ui
 #pragma unroll
     for (int j = 0; j < U; ++j) u[j] = load(k + j * step);
 #pragma unroll
-    for (int j = 0; j < U; ++j) store(k + j * step, grad_vec<T, O, kFold>(u[j], int64_t(k + j * step) * V, kc, a));
+    for (int j = 0; j < U; ++j)
+      store(k + j * step, grad_vec<T, O, kFold, P>(u[j], int64_t(k + j * step) * V, kc, a));
   }
-  for (; k < end; k += step) store(k, grad_vec<T, O, kFold>(load(k), int64_t(k) * V, kc, a));
+  for (; k < end; k += step) store(k, grad_vec<T, O, kFold, P>(load(k), int64_t(k) * V, kc, a));
 }
 
 // The row's loss terms from its merged statistics (written when `writer`) and its gradient's coefficients. xt: the

@@ -114,9 +114,11 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
 // are resident, each walking rows. False (and nothing launched, no error left behind) when the cluster cannot be
 // placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, int O>
-bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
+bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, bool poly, cudaStream_t stream) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
-  const auto kernel = kern::cluster_rows_kernel<T, O>;
+  auto kernel = kern::cluster_rows_kernel<T, O, 0>;
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && O == 0)  // the plain bf16 gradient: the SFU-bound case
+    if (poly) kernel = kern::cluster_rows_kernel<T, O, 2>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
@@ -169,11 +171,15 @@ void with_options(const RowArgs& a, F f) {
   }
 }
 
-// The name of a cluster kernel run, as tests and the profiler see it: "cluster4", "pipe8".
-inline const char* cluster_name(int stages, int csize) {
-  static const char* const names[2][9] = {{"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"},
-                                          {"", "pipe1", "pipe2", "", "pipe4", "", "", "", "pipe8"}};
-  return names[stages > 1][csize];
+// The name of a cluster kernel run, as tests and the profiler see it: "cluster4", "pipe8", "pipe8-poly" (poly: the
+// polynomial exponentials were asked for, and apply where the gradient is plain bf16).
+inline const char* cluster_name(int stages, int csize, bool poly) {
+  static const char* const names[2][2][9] = {
+      {{"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"},
+       {"", "pipe1", "pipe2", "", "pipe4", "", "", "", "pipe8"}},
+      {{"", "cluster1-poly", "cluster2-poly", "", "cluster4-poly", "", "", "", "cluster8-poly"},
+       {"", "pipe1-poly", "pipe2-poly", "", "pipe4-poly", "", "", "", "pipe8-poly"}}};
+  return names[poly][stages > 1][csize];
 }
 
 template <class T>
@@ -191,14 +197,14 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
       const int64_t nvec = a.cols / kern::kVec<T>;
       for (int stages = k.kind == RowKernel::kPipe ? 2 : 1; stages >= 1; --stages) {
         const ClusterPlan first = cluster_plan(nvec, k.cluster, stages, d);
-        if (launch_cluster<T, O>(a, first, d, stream)) {
-          ran = cluster_name(stages, first.csize);
+        if (launch_cluster<T, O>(a, first, d, k.poly, stream)) {
+          ran = cluster_name(stages, first.csize, k.poly);
           return;
         }
         for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
           const ClusterPlan p = cluster_plan(nvec, c, stages, d);
-          if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream)) {
-            ran = cluster_name(stages, c);
+          if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, k.poly, stream)) {
+            ran = cluster_name(stages, c, k.poly);
             return;
           }
         }

@@ -42,7 +42,8 @@ struct ScaleArgs {
 enum class RowKernel { kCluster, kL2, kClassic, kPipe };
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;  // kCluster, kPipe: blocks per row (1, 2, 4, 8), 0 for the launcher's choice by row size
+  int cluster = 0;    // kCluster, kPipe: blocks per row (1, 2, 4, 8), 0 for the launcher's choice by row size
+  bool poly = false;  // kCluster, kPipe ("-poly"): bf16 gradients take 2 of 8 exponentials from the FMA pipes
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();

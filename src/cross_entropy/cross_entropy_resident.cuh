@@ -33,7 +33,8 @@ struct SliceShape {
   int stages = 1;
 };
 
-template <class T, int O>
+// P: elements per vector whose gradient exponential comes from the FMA pipes (grad_vec; 0: none).
+template <class T, int O, int P>
 __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArgs a, SliceShape sh) {
   constexpr int V = kVec<T>, U = kClusterUnroll;
   extern __shared__ uint4 slices[];                  // stages buffers of slice_vecs: this block's part of a row
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       if (grad) {
         with_fold(k, [&](auto fold) {
           constexpr bool F = decltype(fold)::value;
-          grad_pass<T, O, F, U>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
+          grad_pass<T, O, F, U, P>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
                                 [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); });
           if (tid < tail) {
             const int64_t c = nvec * V + tid;
