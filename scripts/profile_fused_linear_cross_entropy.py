@@ -4,11 +4,14 @@ with its share of the pass; the GEMMs' TFLOP/s (three GEMMs of 2·N·H·V FLOP);
 through torch) timed alone on the same three products at the chunk size the op picks. Tells how far the GEMMs are
 from the library's rate and what the rest costs (issue 4: 16384 x 4096 x 128256 at 81.6 ms against the 80 ms bar).
 
-    python3 scripts/profile_fused_linear_cross_entropy.py [--shape 16384x4096x128256] [--reps 3] [--chunk N]
---chunk: the chunk the comparison GEMMs use (default: the op's own, from its 1.5 GiB budget rule).
+    python3 scripts/profile_fused_linear_cross_entropy.py [--shape 16384x4096x128256] [--reps 3] [--chunk N] [--brief]
+--chunk: the chunk the comparison GEMMs use (default: the op's own, from its 1.5 GiB budget rule). --brief: the
+grouped times and the wall time only. TIGON_MATMUL_ALGO=i (read by the library once per process) makes every GEMM
+take cuBLASLt's i-th heuristic candidate instead of its first: run once per i to compare them.
 """
 import argparse
 import collections
+import os
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -21,6 +24,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="16384x4096x128256")
 ap.add_argument("--reps", type=int, default=3)
 ap.add_argument("--chunk", type=int, default=0)
+ap.add_argument("--brief", action="store_true")
 ap.add_argument("--device", default="cuda")  # cpu: a smoke test of this script (no kernels to group)
 args = ap.parse_args()
 
@@ -66,16 +70,19 @@ for e in prof.events():
         by_kind[kind(e.name)] += us / args.reps
         by_name[e.name] += us / args.reps
 total = sum(by_kind.values()) or float("nan")
-print(f"fused linear + CE {N}x{H}x{V} bf16, forward + backward, device time per pass (kernels summed): "
-      f"{total / 1e3:.2f} ms")
+print(f"fused linear + CE {N}x{H}x{V} bf16, cuBLASLt candidate {os.environ.get('TIGON_MATMUL_ALGO', '0')}, forward + "
+      f"backward, device time per pass (kernels summed): {total / 1e3:.2f} ms")
 for k, us in by_kind.most_common():
     extra = f"  {flop / (us * 1e-6) / 1e12:6.1f} TFLOP/s" if k == "gemm" else ""
     print(f"  {k:22s} {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%{extra}")
-print("  kernels:")
-for name, us in by_name.most_common(12):
-    print(f"    {us / 1e3:8.3f} ms  {name[:110]}")
+if not args.brief:
+    print("  kernels:")
+    for name, us in by_name.most_common(12):
+        print(f"    {us / 1e3:8.3f} ms  {name[:110]}")
 wall = time_ms(one_pass, dev, 5, 2)
 print(f"  wall per pass (CUDA events): {wall:.2f} ms")
+if args.brief:
+    raise SystemExit(0)
 
 # The same three products through torch.mm at one chunk (cuBLAS's own choice of kernel), bf16 out.
 chunk = args.chunk or chunk_plan(x, w)[1]
