@@ -7,7 +7,8 @@ from the library's rate and what the rest costs (issue 4: 16384 x 4096 x 128256 
     python3 scripts/profile_fused_linear_cross_entropy.py [--shape 16384x4096x128256] [--reps 3] [--chunk N] [--brief]
 --chunk: the chunk the comparison GEMMs use (default: the op's own, from its 1.5 GiB budget rule). --brief: the
 grouped times and the wall time only. TIGON_MATMUL_ALGO=i (read by the library once per process) makes every GEMM
-take cuBLASLt's i-th heuristic candidate instead of its first: run once per i to compare them.
+take cuBLASLt's i-th heuristic candidate instead of its first, TIGON_MATMUL_API=cublas cuBLAS's cublasGemmEx (torch.mm's
+route): run once per setting to compare them.
 """
 import argparse
 import collections
@@ -55,6 +56,22 @@ def kind(name: str) -> str:
     return "other"
 
 
+def check(n=512, v=32000):
+    """This process's GEMM route against fp32 torch on a small problem: loss difference, dX and dW max errors relative
+    to the largest reference value (bf16 results: ~1e-2 is a rounding)."""
+    xs = x.detach()[:n].clone().requires_grad_()
+    ws = w.detach()[:v].clone().requires_grad_()
+    ts = t[:n] % v
+    loss = fused_linear_cross_entropy(xs, ws, ts)
+    dx, dw = torch.autograd.grad(loss, (xs, ws))
+    xr, wr = xs.detach().float().requires_grad_(), ws.detach().float().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(xr @ wr.T, ts)
+    rdx, rdw = torch.autograd.grad(ref, (xr, wr))
+    rel = lambda a, b: ((a.float() - b).abs().max() / b.abs().max()).item()  # noqa: E731
+    print(f"  check {n}x{H}x{v}: loss {loss.item():.6f} vs {ref.item():.6f}, dX {rel(dx, rdx):.1e}, dW {rel(dw, rdw):.1e}")
+
+
+check()
 for _ in range(2):  # warm-up: cuBLASLt plans, allocator
     one_pass()
 torch.cuda.synchronize() if dev.type == "cuda" else None
@@ -70,8 +87,10 @@ for e in prof.events():
         by_kind[kind(e.name)] += us / args.reps
         by_name[e.name] += us / args.reps
 total = sum(by_kind.values()) or float("nan")
-print(f"fused linear + CE {N}x{H}x{V} bf16, cuBLASLt candidate {os.environ.get('TIGON_MATMUL_ALGO', '0')}, forward + "
-      f"backward, device time per pass (kernels summed): {total / 1e3:.2f} ms")
+gemms = "cublasGemmEx" if os.environ.get("TIGON_MATMUL_API") == "cublas" else \
+    f"cuBLASLt candidate {os.environ.get('TIGON_MATMUL_ALGO', '0')}"
+print(f"fused linear + CE {N}x{H}x{V} bf16, GEMMs by {gemms}, forward + backward, device time per pass (kernels "
+      f"summed): {total / 1e3:.2f} ms")
 for k, us in by_kind.most_common():
     extra = f"  {flop / (us * 1e-6) / 1e12:6.1f} TFLOP/s" if k == "gemm" else ""
     print(f"  {k:22s} {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%{extra}")

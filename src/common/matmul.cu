@@ -1,10 +1,12 @@
 #include "common/matmul.h"
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 
 #include "common/cuda_check.h"
@@ -57,6 +59,7 @@ struct Plan {
 
 struct Cache {
   std::map<int, cublasLtHandle_t> handles;  // per device
+  std::map<int, cublasHandle_t> blas;       // per device, TIGON_MATMUL_API=cublas only
   std::map<Key, Plan> plans;
 };
 
@@ -71,6 +74,41 @@ cublasLtHandle_t handle(int device) {
   cublasLtHandle_t& h = cache().handles[device];
   if (h == nullptr) TIGON_CUBLAS_CHECK(cublasLtCreate(&h));
   return h;
+}
+
+// TIGON_MATMUL_API=cublas (read once; for measuring): products without a bias epilogue go through cuBLAS's
+// cublasGemmEx, which picks its kernels by its own rules (torch.mm's route), instead of cuBLASLt's heuristic. Not a
+// default: cublasCreate allocates device memory, which an op must not do (and cannot while a CUDA graph captures).
+bool use_cublas() {
+  static const bool on = [] {
+    const char* e = std::getenv("TIGON_MATMUL_API");
+    return e != nullptr && std::strcmp(e, "cublas") == 0;
+  }();
+  return on;
+}
+
+cublasHandle_t blas_handle(int device) {
+  cublasHandle_t& h = cache().blas[device];
+  if (h == nullptr) {
+    const cublasStatus_t st = cublasCreate(&h);
+    if (st != CUBLAS_STATUS_SUCCESS) fail(TIGON_ERROR_CUDA, "cublasCreate failed: ", cublasGetStatusString(st));
+  }
+  return h;
+}
+
+// D = op(A) op(B) (+ D) by cublasGemmEx on the caller's workspace (so cuBLAS allocates nothing per call).
+void gemm_ex(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t stream, int device) {
+  const cublasHandle_t h = blas_handle(device);
+  const auto check = [](cublasStatus_t st, const char* what) {
+    if (st != CUBLAS_STATUS_SUCCESS) fail(TIGON_ERROR_CUDA, what, " failed: ", cublasGetStatusString(st));
+  };
+  check(cublasSetStream(h, stream), "cublasSetStream");
+  check(cublasSetWorkspace(h, workspace, workspace_bytes), "cublasSetWorkspace");
+  const float alpha = 1.f, beta = mm.accumulate ? 1.f : 0.f;
+  check(cublasGemmEx_64(h, mm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, mm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, mm.m, mm.n,
+                        mm.k, &alpha, mm.a, cuda_type(mm.ab), mm.lda, mm.b, cuda_type(mm.ab), mm.ldb, &beta, mm.dst,
+                        cuda_type(mm.d), mm.ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
 }
 
 template <class V>
@@ -132,6 +170,7 @@ void matmul(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStrea
   }
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  if (use_cublas() && mm.bias == nullptr) return gemm_ex(mm, workspace, workspace_bytes, stream, device);
   const Key key = {device, int64_t(mm.ab), int64_t(mm.d), mm.trans_a, mm.trans_b, mm.m, mm.n, mm.k, mm.lda, mm.ldb,
                    mm.ldd, mm.accumulate, mm.bias ? alignment(mm.bias) : 0, alignment(mm.a), alignment(mm.b),
                    alignment(mm.dst), int64_t(workspace_bytes), alignment(workspace)};
