@@ -291,3 +291,19 @@ def test_rms_norm_dtensor():
     gradients; sharded over the normalised dimension, a sharded weight, or DTensor mixed with a plain tensor: a
     TypeError naming the argument and the way out."""
     assert spawn(_dtensor_worker) == "ok"
+
+
+# ---- the 2-GPU benchmark's run, on 2 CPU processes -----------------------------------------------------------------
+
+@needs_dist
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_train_step_benchmark_runs_on_two_processes(wrapper):
+    """python -m tigon.bench --ops train_step_fsdp2 / train_step_ddp (2+ GPUs, NCCL) is measure(); here the same on 2
+    gloo CPU processes with a tiny model: it trains and reports for every rank's tokens."""
+    from tigon.bench import train_step_distributed as tsd
+    config = transformers.LlamaConfig(**CONFIG)
+    res = tsd.measure(config, "tigon", wrapper, world=WORLD, batch=2, seq=SEQ, warmup=1, steps=2,
+                      dtype=torch.float32, backend="gloo")
+    assert res["step_ms"] > 0 and res["tokens_per_s"] == pytest.approx(WORLD * 2 * SEQ / (res["step_ms"] * 1e-3))
+    assert 5 < res["loss_first"] < 8 and res["loss_last"] == res["loss_last"]  # ~ln(512) at the start, not NaN
+    assert res["params"] == sum(p.numel() for p in transformers.LlamaForCausalLM(config).parameters())

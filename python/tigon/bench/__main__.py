@@ -32,7 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tigon.bench", description=__doc__)
     p.add_argument("--ops", type=_names, default=list(DEFAULT_OPS),
                    help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also: train_step, whole-model "
-                        f"training steps on a GPU, slow)")
+                        f"training steps on a GPU, slow; train_step_fsdp2, train_step_ddp on 2+ GPUs)")
     p.add_argument("--impls", type=_names, default=None, help="only these implementations, e.g. tigon,torch_eager")
     p.add_argument("--shapes", type=_shapes, default=None, help="override each op's shapes, e.g. 16384x4096,4096x4096")
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_jsonl(results, args.out / "results.jsonl")
     progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
-    op_rows = [r for r in results if r["op"] != train_step.OP]  # train steps have their own table, no chart
+    op_rows = [r for r in results if not r["op"].startswith(train_step.OP)]  # train steps: their own table, no chart
     if not args.no_chart:
         for path in draw_charts(op_rows, args.out):
             progress(f"wrote {path}")

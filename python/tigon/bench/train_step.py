@@ -169,13 +169,18 @@ def run(args, ctx) -> list[dict]:
 
 
 def print_table(results: list[dict]) -> None:
-    """The train-step rows in their own table (the per-op table's shapes and GB/s do not apply)."""
-    rows = [r for r in results if r["op"] == OP]
-    if not rows:
-        return
+    """The train-step rows in their own tables, one per op (train_step; train_step_fsdp2 and train_step_ddp, whose
+    batch is per GPU and whose tokens/s count every GPU's): the per-op table's shapes and GB/s do not apply."""
+    for op in sorted({r["op"] for r in results if r["op"].startswith(OP)}):
+        _print_op_table([r for r in results if r["op"] == op])
+
+
+def _print_op_table(rows: list[dict]) -> None:
     r0 = rows[0]
-    print(f"\n{OP}: {r0['gpu']} | {r0['dtype']} | batch {r0['batch']} x seq {r0['seq']} | AdamW foreach, activation "
-          f"checkpointing, SDPA | torch {r0['torch']} | transformers {r0['transformers']} | git {r0['git_sha']}")
+    gpus = f" | {r0['wrapper']} on {r0['world']} GPUs, batch per GPU" if "world" in r0 else ""
+    print(f"\n{r0['op']}: {r0['gpu']} | {r0['dtype']}{gpus} | batch {r0['batch']} x seq {r0['seq']} | AdamW foreach, "
+          f"activation checkpointing, SDPA | torch {r0['torch']} | transformers {r0['transformers']} | "
+          f"git {r0['git_sha']}")
     cols = [("model", 12), ("impl", 6), ("step ms", 9), ("tokens/s", 9), ("peak GiB", 9), ("fwd+bwd", 8),
             ("states", 7), ("x hf", 6), ("loss first/last", 17)]
     print("  ".join(n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(cols)))
@@ -186,7 +191,7 @@ def print_table(results: list[dict]) -> None:
             continue
         hf = next((h for h in rows if h["model"] == r["model"] and h["impl"] == "hf" and not h.get("error")), None)
         speedup = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-"
-        cells = [f"{r['step_ms']:.1f}", f"{r['tokens_per_s']:.0f}", f"{r['peak_gib']:.2f}",
-                 f"{r.get('peak_fwd_bwd_gib', float('nan')):.2f}", f"{r.get('states_gib', float('nan')):.2f}", speedup,
-                 f"{r['loss_first']:.3f}/{r['loss_last']:.3f}"]
+        gib = lambda k: f"{r[k]:.2f}" if r.get(k) is not None else "-"  # noqa: E731
+        cells = [f"{r['step_ms']:.1f}", f"{r['tokens_per_s']:.0f}", gib("peak_gib"), gib("peak_fwd_bwd_gib"),
+                 gib("states_gib"), speedup, f"{r['loss_first']:.3f}/{r['loss_last']:.3f}"]
         print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells, cols[2:])]))
