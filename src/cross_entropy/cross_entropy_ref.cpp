@@ -81,9 +81,12 @@ void fwd_cpu(const FwdProblem& p) {
       // Read every logit before writing any gradient: grad may be the logits themselves.
       const Row row = read_row(p, r);
       const double wt = class_weight(p, t);
-      double smooth = 0;  // sum_c w[c] * (lse - x'_c)
-      for (int64_t c = 0; c < V; ++c) smooth += class_weight(p, c) * (row.lse - row.x[c]);
-      ce = (1 - eps) * wt * (row.lse - row.x[t]) + eps / double(V) * smooth;
+      ce = (1 - eps) * wt * (row.lse - row.x[t]);
+      if (eps > 0) {  // only then: a masked (-inf) logit makes the sum infinite, and 0 * inf would be NaN
+        double smooth = 0;  // sum_c w[c] * (lse - x'_c)
+        for (int64_t c = 0; c < V; ++c) smooth += class_weight(p, c) * (row.lse - row.x[c]);
+        ce += eps / double(V) * smooth;
+      }
       z = double(p.z_scale) * row.lse * row.lse;
       correct = row.argmax == t ? 1.0 : 0.0;
       if (p.grad.data) {

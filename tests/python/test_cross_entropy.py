@@ -98,6 +98,42 @@ def test_odd_and_strided_shapes(device, dtype, n, v, pad):
     check(x, t, in_place=True, reduction="none")
 
 
+# The CUDA row kernel variants (the default is "cluster"); the selector is a test hook of the library.
+KERNELS = ["cluster", "pipe", "pipe-poly", "cluster-poly", "l2", "classic"]
+
+
+@pytest.fixture
+def row_kernel():
+    """Selects a cross entropy row kernel variant for one test, then the default again."""
+    import ctypes
+
+    from tigon import _lib
+    select = _lib.declare("tigon_testing_cross_entropy_kernel", [ctypes.c_char_p])
+    yield lambda name: _lib.check(select(name.encode()))
+    _lib.check(select(None))
+
+
+@pytest.mark.parametrize("device,kernel", [("cpu", None)] + [pytest.param("cuda", k, marks=needs_cuda)
+                                                            for k in KERNELS])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_logits(device, kernel, dtype, row_kernel):
+    """-inf logits (a masked vocabulary; never a target): zero probability and gradient there, the loss and the other
+    gradients as torch's; rows whose first columns are all -inf (the running maximum starts at -inf) included."""
+    if kernel:
+        row_kernel(kernel)
+    x, t = make_inputs(6, 4099, dtype, device)  # 4099: whole 16-byte vectors and a tail
+    x = x.detach()
+    x[:, ::7] = float("-inf")
+    x[2, :3000] = float("-inf")
+    x[4, 2000:] = float("-inf")
+    for r in range(6):  # a target that is not masked
+        t[r] = int(torch.nonzero(torch.isfinite(x[r]))[r].item())
+    x.requires_grad_(True)
+    loss, dx = check(x, t, lse_square_scale=1e-4)
+    assert torch.isfinite(loss).all()
+    assert (dx[~torch.isfinite(x.detach())] == 0).all()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_int32_targets_and_custom_ignore_index(device):
     x, t = make_inputs(8, 100, torch.float32, device, target_dtype=torch.int32)
