@@ -76,6 +76,22 @@ def test_matches_float64_reference(device, dtype, p_dtype, has_w, has_b, shape):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cols", [64, 4096, 5000])
+def test_constant_and_far_off_centre_rows(device, dtype, cols):
+    """Rows with no variance (y = b, rstd = 1/sqrt(eps)) and rows whose mean is ~500 standard deviations from 0 (where
+    E[x^2] - mean^2 would cancel every digit; the kernels centre on the row's first element)."""
+    x = torch.randn(6, cols, device=device)
+    x[0] = 3.0
+    x[1] = -0.25
+    x[2:] = 500.0 + x[2:]
+    x = x.to(dtype).requires_grad_(True)
+    w = (torch.randn(cols, device=device) * 0.3 + 1.0).to(dtype).requires_grad_(True)
+    b = (torch.randn(cols, device=device) * 0.3).to(dtype).requires_grad_(True)
+    run_and_check(x, w, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_strided_rows(device, dtype):
     x, w, b = make_inputs((7, 257), dtype, dtype, device, row_pad=9)
     assert not x.is_contiguous()

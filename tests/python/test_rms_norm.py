@@ -58,6 +58,23 @@ def test_matches_float64_reference(device, mode, dtype, w_dtype, shape):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cols", [64, 4096, 5000])
+def test_zero_tiny_and_large_rows(device, mode, dtype, cols):
+    """A row of zeros (rstd = 1/sqrt(eps), y = 0, dx = rstd * dy * w), rows of ~1e-4 (eps dominates the mean square)
+    and rows of ~200 (squares near fp16's largest value, summed in fp32)."""
+    x = torch.randn(5, cols, device=device)
+    x[0] = 0.0
+    x[1] *= 1e-4
+    x[2] = 200.0 + x[2]
+    x = x.to(dtype).requires_grad_(True)
+    offset = 1.0 if mode == "gemma" else 0.0
+    w = (torch.randn(cols, device=device) * 0.3 + 1.0 - offset).to(dtype).requires_grad_(True)
+    run_and_check(x, w, offset, mode)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_strided_rows_and_no_weight(device, dtype):
     x, w, offset = make_inputs((7, 257), dtype, dtype, "llama", device, row_pad=9)
