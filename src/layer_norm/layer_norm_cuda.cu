@@ -34,6 +34,8 @@ bool param_aligned(const void* p) { return p == nullptr || cuda::aligned16(p); }
 //   TIGON_LAYER_NORM_BWD_ROWS 1 or 2 rows those vectors are spread over; default 2
 //   TIGON_LAYER_NORM_PREFETCH 1: the cached kernels also prefetch rows into L2 one wave (forward) or one row group
 //                             (backward) ahead, with the copy engine: more bytes in flight for no registers; default 0
+//   TIGON_LAYER_NORM_BWD_DB_SMEM 1: with BWD_NV=2 and BWD_ROWS=1 (RMSNorm's backward shape), the db sums in shared
+//                             memory (kern::kDbSmemThreads), where blocks of at most 256 threads allow; default 0
 int fwd_nv() {
   static const int nv = env_int("TIGON_LAYER_NORM_FWD_NV");
   return nv == 1 || nv == 2 ? nv : 4;
@@ -48,6 +50,10 @@ int bwd_rows() {
 }
 bool prefetch() {
   static const bool on = env_int("TIGON_LAYER_NORM_PREFETCH") == 1;
+  return on;
+}
+bool bwd_db_smem() {
+  static const bool on = env_int("TIGON_LAYER_NORM_BWD_DB_SMEM") == 1;
   return on;
 }
 
@@ -123,6 +129,9 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
     p.prefetch = prefetch();
     p.block = dim3(b.s.tpr, b.s.rpb);
     p.grid = unsigned(max_rows / b.s.rpb);
+    const int threads = b.s.tpr * b.s.rpb, per_vec = 16 / dtype_bytes(pr.x.dtype);
+    p.db_smem = bwd_db_smem() && b.c == 2 && b.r == 1 && threads <= kDbSmemThreads &&
+                2 * per_vec * threads <= kDbSmemFloats;
   } else {
     p = row_plan::row_per_block_plan<Plan>(pr.x, vec, max_rows);
   }

@@ -31,7 +31,8 @@ void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
 template <class TX, class TP>
 auto bwd_cached_kernel(const Plan& p) {
   if (p.nv == 1) return kern::bwd_cached<TX, TP, 1, 2>;
-  if (p.nv == 2) return p.rows == 2 ? kern::bwd_cached<TX, TP, 2, 2> : kern::bwd_cached<TX, TP, 2, 1>;
+  if (p.nv == 2 && p.rows == 2) return kern::bwd_cached<TX, TP, 2, 2>;
+  if (p.nv == 2) return p.db_smem ? kern::bwd_cached<TX, TP, 2, 1, true> : kern::bwd_cached<TX, TP, 2, 1>;
   return kern::bwd_cached<TX, TP, 4, 1>;
 }
 

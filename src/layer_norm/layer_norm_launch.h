@@ -20,6 +20,7 @@ struct Plan {
   int nv = 4;           // cached kernels: vectors of a row per thread (forward 2 or 4, backward 1, 2 or 4)
   int rows = 1;         // cached backward: rows per thread (2 with nv 1 or 2, else 1)
   bool prefetch = false;  // cached kernels: prefetch rows ahead into L2 (TIGON_LAYER_NORM_PREFETCH)
+  bool db_smem = false;   // cached backward, 2 vectors x 1 row: the db sums in shared memory (..._BWD_DB_SMEM)
   dim3 block;           // (threads per row, row slots per block)
   unsigned grid = 0;    // the backward may launch fewer blocks: as many as stay resident
   int sms = 0;          // multiprocessors of the device

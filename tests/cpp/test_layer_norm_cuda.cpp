@@ -129,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
   SKIP_WITHOUT_GPU();
   for (const char* knob : {"TIGON_LAYER_NORM_FWD_NV", "TIGON_LAYER_NORM_BWD_NV", "TIGON_LAYER_NORM_BWD_ROWS",
-                           "TIGON_LAYER_NORM_PREFETCH"})
+                           "TIGON_LAYER_NORM_PREFETCH", "TIGON_LAYER_NORM_BWD_DB_SMEM"})
     if (std::getenv(knob)) GTEST_SKIP() << "a knob is set: this process is one of the variant runs";
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   for (const char* knobs : {"TIGON_LAYER_NORM_PREFETCH=1",
@@ -137,7 +137,8 @@ TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
                             "TIGON_LAYER_NORM_PREFETCH=1",
                             "TIGON_LAYER_NORM_FWD_NV=1 TIGON_LAYER_NORM_BWD_NV=4 TIGON_LAYER_NORM_BWD_ROWS=2",
                             "TIGON_LAYER_NORM_FWD_NV=4 TIGON_LAYER_NORM_BWD_NV=4 TIGON_LAYER_NORM_BWD_ROWS=1",
-                            "TIGON_LAYER_NORM_BWD_NV=1"}) {
+                            "TIGON_LAYER_NORM_BWD_NV=1",
+                            "TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 TIGON_LAYER_NORM_BWD_DB_SMEM=1"}) {
     const std::string cmd =
         std::string("env ") + knobs + " '" + self + "' --gtest_brief=1 --gtest_filter='Shapes/LayerNormCuda.*'";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << knobs;
