@@ -89,26 +89,20 @@ bool use_cublas() {
 
 cublasHandle_t blas_handle(int device) {
   cublasHandle_t& h = cache().blas[device];
-  if (h == nullptr) {
-    const cublasStatus_t st = cublasCreate(&h);
-    if (st != CUBLAS_STATUS_SUCCESS) fail(TIGON_ERROR_CUDA, "cublasCreate failed: ", cublasGetStatusString(st));
-  }
+  if (h == nullptr) TIGON_CUBLAS_CHECK(cublasCreate(&h));
   return h;
 }
 
 // D = op(A) op(B) (+ D) by cublasGemmEx on the caller's workspace (so cuBLAS allocates nothing per call).
 void gemm_ex(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t stream, int device) {
   const cublasHandle_t h = blas_handle(device);
-  const auto check = [](cublasStatus_t st, const char* what) {
-    if (st != CUBLAS_STATUS_SUCCESS) fail(TIGON_ERROR_CUDA, what, " failed: ", cublasGetStatusString(st));
-  };
-  check(cublasSetStream(h, stream), "cublasSetStream");
-  check(cublasSetWorkspace(h, workspace, workspace_bytes), "cublasSetWorkspace");
+  TIGON_CUBLAS_CHECK(cublasSetStream(h, stream));
+  TIGON_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, workspace_bytes));
   const float alpha = 1.f, beta = mm.accumulate ? 1.f : 0.f;
-  check(cublasGemmEx_64(h, mm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, mm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, mm.m, mm.n,
-                        mm.k, &alpha, mm.a, cuda_type(mm.ab), mm.lda, mm.b, cuda_type(mm.ab), mm.ldb, &beta, mm.dst,
-                        cuda_type(mm.d), mm.ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmEx");
+  TIGON_CUBLAS_CHECK(cublasGemmEx_64(h, mm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, mm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     mm.m, mm.n, mm.k, &alpha, mm.a, cuda_type(mm.ab), mm.lda, mm.b, cuda_type(mm.ab),
+                                     mm.ldb, &beta, mm.dst, cuda_type(mm.d), mm.ldd, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
 }
 
 template <class V>

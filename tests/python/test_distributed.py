@@ -6,7 +6,6 @@ DTensor inputs to tigon.ops.rms_norm / tigon.nn.RMSNorm are checked on a 2-proce
 
 import datetime
 import os
-import sys
 import tempfile
 
 import pytest
@@ -18,6 +17,7 @@ from tolerances import assert_close
 
 transformers = pytest.importorskip("transformers")
 import tigon.transformers as tt  # noqa: E402
+from tigon.bench.train_step_distributed import finish, wrap  # noqa: E402
 from tigon.transformers import _causal_lm  # noqa: E402
 
 WORLD, BATCH, SEQ, STEPS = 2, 4, 24, 20  # BATCH is the global batch: each rank trains on BATCH // WORLD rows
@@ -80,18 +80,6 @@ def _full(t):
 
 # ---- the 2-process side ----------------------------------------------------------------------------------------------
 
-def _wrap(model, wrapper: str, device: str):
-    if wrapper == "ddp":
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=None if device == "cpu" else [device])
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    mesh = init_device_mesh(torch.device(device).type, (WORLD,))
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)  # the root group holds embed_tokens, the final norm and lm_head
-    return model
-
-
 def _train_worker(rank: int, wrapper: str, backend: str, init: str, out: str):
     device = "cpu" if backend == "gloo" else f"cuda:{rank}"
     if device != "cpu":
@@ -108,7 +96,7 @@ def _train_worker(rank: int, wrapper: str, backend: str, init: str, out: str):
         results = {}
         for patched in (True, False):
             model = build(patched, device)
-            wrapped = _wrap(model, wrapper, device)
+            wrapped = wrap(model, wrapper, torch.device(device), WORLD)
             calls.clear()
             losses, (logits, head_grad) = train(wrapped, wrapped.parameters(), rows, device,
                                                 on_loss=lambda l: _mean(l))
@@ -127,19 +115,7 @@ def _train_worker(rank: int, wrapper: str, backend: str, init: str, out: str):
         raise
     finally:
         _causal_lm.fused_linear_cross_entropy = fused
-    _finish()
-
-
-def _finish():
-    """A worker's clean end: every rank past its last collective, the group torn down, then the process ends without
-    the interpreter's finalisation. Gloo's worker threads can still hold tensors of finished async work (DTensor's
-    functional collectives) when Python tears down, and that teardown aborts the process (SIGABRT, "terminate called
-    without an active exception") now and then on a loaded machine: CI saw it once in the DTensor test."""
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    finish()
 
 
 def _mean(t):
@@ -282,7 +258,7 @@ def _dtensor_worker(rank: int, backend: str, init: str, out: str):
     except BaseException:
         dist.destroy_process_group()
         raise
-    _finish()
+    finish()
 
 
 @needs_dist

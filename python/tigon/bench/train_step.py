@@ -94,23 +94,22 @@ def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
     gen = torch.Generator(device=ctx.device).manual_seed(1)
     ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=gen, device=ctx.device)
 
-    peak_model = 0
+    peak_all = peak_model = 0
 
     def step():
         # The peak of the forward and backward alone as well (the model's activations and the loss, what the patch
         # changes), apart from the optimizer step's: foreach AdamW holds weights, gradients, both moments and one
         # temporary per parameter (its sqrt of the second moment) at once, whatever the model's kernels.
-        nonlocal peak_model
+        nonlocal peak_all, peak_model
         torch.cuda.reset_peak_memory_stats(ctx.device)  # the previous step's peak is in peak_all already
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         loss.backward()
         peak_model = max(peak_model, torch.cuda.max_memory_allocated(ctx.device))
         opt.step()
         opt.zero_grad(set_to_none=True)
-        peak_all[0] = max(peak_all[0], torch.cuda.max_memory_allocated(ctx.device))
+        peak_all = max(peak_all, torch.cuda.max_memory_allocated(ctx.device))
         return loss.detach()
 
-    peak_all = [0]
     losses = [step() for _ in range(warmup)]
     torch.cuda.synchronize(ctx.device)
     peak_model = 0  # the timed steps' peaks (the first step's includes allocating the optimizer state)
@@ -120,7 +119,7 @@ def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
     step_ms = (time.perf_counter() - t0) * 1e3 / steps
     n_params = sum(p.numel() for p in model.parameters())
     out = {"step_ms": step_ms, "tokens_per_s": BATCH * SEQ / (step_ms * 1e-3),
-           "peak_gib": peak_all[0] / 2**30, "peak_fwd_bwd_gib": peak_model / 2**30,
+           "peak_gib": peak_all / 2**30, "peak_fwd_bwd_gib": peak_model / 2**30,
            # weights + gradients + two AdamW moments, in the weights' dtype: the floor of any step's peak
            "states_gib": 4 * sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30,
            "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "params": n_params}

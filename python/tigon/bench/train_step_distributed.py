@@ -30,8 +30,9 @@ WRAPPERS = ("fsdp2", "ddp")
 IMPLS = ("hf", "tigon")
 
 
-def _wrap(model, wrapper: str, device: torch.device, world: int):
-    import torch.distributed as dist
+def wrap(model, wrapper: str, device: torch.device, world: int):
+    """model under DDP, or under FSDP2 with fully_shard on every decoder layer and on the root (embeddings, final norm,
+    lm_head), on a 1-D mesh of `world` ranks. The process group must be up."""
     if wrapper == "ddp":
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=None if device.type == "cpu" else [device])
     from torch.distributed.device_mesh import init_device_mesh
@@ -39,9 +40,21 @@ def _wrap(model, wrapper: str, device: torch.device, world: int):
     mesh = init_device_mesh(device.type, (world,))
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)  # the root: embeddings, final norm, lm_head
-    assert dist.is_initialized()
+    fully_shard(model, mesh=mesh)
     return model
+
+
+def finish() -> None:
+    """A worker's clean end: every rank past its last collective, the group torn down, then the process ends without
+    the interpreter's finalisation. Gloo's worker threads can still hold tensors of finished async work (DTensor's
+    functional collectives) when Python tears down, and that teardown aborts the process (SIGABRT, "terminate called
+    without an active exception") now and then on a loaded machine: CI saw it once."""
+    import torch.distributed as dist
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _worker(rank: int, world: int, config, impl: str, wrapper: str, batch: int, seq: int, warmup: int, steps: int,
@@ -62,7 +75,7 @@ def _worker(rank: int, world: int, config, impl: str, wrapper: str, batch: int, 
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
         train_step._enable_checkpointing(model)
         model = train_step.IMPLS[impl]("")(model.train())
-        model = _wrap(model, wrapper, device, world)
+        model = wrap(model, wrapper, device, world)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
         gen = torch.Generator(device=device).manual_seed(1 + rank)  # each rank its own tokens
         ids = torch.randint(0, config.vocab_size, (batch, seq), generator=gen, device=device)
@@ -96,16 +109,10 @@ def _worker(rank: int, world: int, config, impl: str, wrapper: str, batch: int, 
                         "loss_first": rows[:, 2].mean().item(), "loss_last": rows[:, 3].mean().item(),
                         "params": sum(p.numel() for p in model.parameters())},  # a DTensor counts its whole
                        out)
-        dist.barrier()
     except BaseException:
         dist.destroy_process_group()
         raise
-    dist.destroy_process_group()
-    # Past here nothing is left to report: leave without the interpreter's finalisation, during which gloo's worker
-    # threads can abort the process (tests/python/test_distributed.py saw it once in CI).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    finish()
 
 
 def measure(config, impl: str, wrapper: str, world: int, batch: int, seq: int, warmup: int, steps: int,
