@@ -72,15 +72,15 @@ def main(argv=None) -> int:
     ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)
 
     results = []
+    args.out.mkdir(parents=True, exist_ok=True)
     for op in args.ops:
         try:
             results += BENCHMARKS[op](args, ctx)
         except Exception as e:  # one broken op must not lose the others' numbers
             traceback.print_exc()
             ctx.note(f"{op}: benchmark failed: {type(e).__name__}: {e}")
+        write_jsonl(results, args.out / "results.jsonl")  # after every op: a run stopped part-way keeps what it did
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(results, args.out / "results.jsonl")
     progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
     op_rows = [r for r in results if not r["op"].startswith(train_step.OP)]  # train steps: their own table, no chart
     if not args.no_chart:
