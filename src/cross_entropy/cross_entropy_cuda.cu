@@ -87,8 +87,9 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 }
 
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
-// force the blocks per row), "pipe" (the persistent cluster kernel with two buffers; "pipe1" ... "pipe8"), "l2" or
-// "classic"; "-poly" after a cluster or pipe name moves 2 of 8 exponentials of plain bf16 gradients to the FMA pipes.
+// force the blocks per row), "pipe" (the persistent cluster kernel with two buffers; "pipe1" ... "pipe8"), "walk" (the
+// same with one buffer; "walk1" ... "walk8"), "l2" or "classic"; "-poly" after a cluster, pipe or walk name moves 2 of
+// 8 exponentials of plain bf16 gradients to the FMA pipes.
 // See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
   const auto sized = [&](const char* prefix, RowKernel kind) {
@@ -104,7 +105,9 @@ bool parse_choice(const char* name, KernelChoice* k) {
   };
   if (std::strcmp(name, "l2") == 0) *k = {RowKernel::kL2, 0};
   else if (std::strcmp(name, "classic") == 0) *k = {RowKernel::kClassic, 0};
-  else return sized("cluster", RowKernel::kCluster) || sized("pipe", RowKernel::kPipe);
+  else
+    return sized("cluster", RowKernel::kCluster) || sized("pipe", RowKernel::kPipe) ||
+           sized("walk", RowKernel::kWalk);
   return true;
 }
 
@@ -113,7 +116,8 @@ KernelChoice env_choice() {
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
-         "cluster4, cluster8, pipe, pipe1, pipe2, pipe4, pipe8 (each with -poly or not), l2, classic");
+         "cluster4, cluster8, pipe, pipe1, pipe2, pipe4, pipe8, walk, walk1, walk2, walk4, walk8 (each with -poly or ",
+         "not), l2, classic");
   return k;
 }
 

@@ -53,7 +53,8 @@ inline DeviceLimits device_limits() {
 // fit at all; `forced` (1, 2, 4, 8) asks for a size, if it fits. csize 0: the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
-  size_t smem = 0;  // dynamic shared memory: the buffers
+  size_t smem = 0;          // dynamic shared memory: the buffers
+  bool persistent = false;  // as many clusters as are resident, each walking rows (pipe, walk)
   kern::SliceShape sh;
 };
 constexpr int kStaticSmemReserve = 1536;  // the kernel's static shared memory (1216 B: barriers, statistics)
@@ -110,8 +111,8 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
   return cache[key] = std::max(n, 0);
 }
 
-// Launches the cluster kernel with plan p: one cluster per row with one buffer, or (two buffers) as many clusters as
-// are resident, each walking rows. False (and nothing launched, no error left behind) when the cluster cannot be
+// Launches the cluster kernel with plan p: one cluster per row, or (persistent) as many clusters as are resident,
+// each walking rows. False (and nothing launched, no error left behind) when the cluster cannot be
 // placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, int O>
 bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, bool poly, cudaStream_t stream) {
@@ -136,7 +137,7 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   cfg.numAttrs = 1;
   const int resident = active_clusters(key, cfg, dev);
   if (resident == 0) return false;
-  if (p.sh.stages > 1) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
+  if (p.persistent) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
   if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
@@ -173,13 +174,15 @@ void with_options(const RowArgs& a, F f) {
 
 // The name of a cluster kernel run, as tests and the profiler see it: "cluster4", "pipe8", "pipe8-poly" (poly: the
 // polynomial exponentials were asked for, and apply where the gradient is plain bf16).
-inline const char* cluster_name(int stages, int csize, bool poly) {
-  static const char* const names[2][2][9] = {
+inline const char* cluster_name(RowKernel mode, int csize, bool poly) {
+  static const char* const names[2][3][9] = {
       {{"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"},
-       {"", "pipe1", "pipe2", "", "pipe4", "", "", "", "pipe8"}},
+       {"", "pipe1", "pipe2", "", "pipe4", "", "", "", "pipe8"},
+       {"", "walk1", "walk2", "", "walk4", "", "", "", "walk8"}},
       {{"", "cluster1-poly", "cluster2-poly", "", "cluster4-poly", "", "", "", "cluster8-poly"},
-       {"", "pipe1-poly", "pipe2-poly", "", "pipe4-poly", "", "", "", "pipe8-poly"}}};
-  return names[poly][stages > 1][csize];
+       {"", "pipe1-poly", "pipe2-poly", "", "pipe4-poly", "", "", "", "pipe8-poly"},
+       {"", "walk1-poly", "walk2-poly", "", "walk4-poly", "", "", "", "walk8-poly"}}};
+  return names[poly][mode == RowKernel::kPipe ? 1 : mode == RowKernel::kWalk ? 2 : 0][csize];
 }
 
 template <class T>
@@ -190,21 +193,28 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
-    if (vec && (k.kind == RowKernel::kCluster || k.kind == RowKernel::kPipe)) {
-      // The planned size first, then any other that fits (pipe: then with one buffer); never a launch error for the
-      // choice of size.
+    if (vec && (k.kind == RowKernel::kCluster || k.kind == RowKernel::kPipe || k.kind == RowKernel::kWalk)) {
+      // The planned size first, then any other that fits (pipe: then as the one-buffer cluster kernel); never a
+      // launch error for the choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
       for (int stages = k.kind == RowKernel::kPipe ? 2 : 1; stages >= 1; --stages) {
-        const ClusterPlan first = cluster_plan(nvec, k.cluster, stages, d);
+        const RowKernel mode =
+            stages == 2 ? RowKernel::kPipe : k.kind == RowKernel::kWalk ? RowKernel::kWalk : RowKernel::kCluster;
+        const auto plan = [&](int forced) {
+          ClusterPlan p = cluster_plan(nvec, forced, stages, d);
+          p.persistent = mode != RowKernel::kCluster;
+          return p;
+        };
+        const ClusterPlan first = plan(k.cluster);
         if (launch_cluster<T, O>(a, first, d, k.poly, stream)) {
-          ran = cluster_name(stages, first.csize, k.poly);
+          ran = cluster_name(mode, first.csize, k.poly);
           return;
         }
         for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
-          const ClusterPlan p = cluster_plan(nvec, c, stages, d);
+          const ClusterPlan p = plan(c);
           if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, k.poly, stream)) {
-            ran = cluster_name(stages, c, k.poly);
+            ran = cluster_name(mode, c, k.poly);
             return;
           }
         }

@@ -37,13 +37,15 @@ struct ScaleArgs {
   int64_t go_stride = 0;  // 0: one scale for every row
 };
 
-// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster, pipe and l2 need vec; a
-// variant that cannot take the rows runs the classic kernel instead (pipe: first the cluster kernel).
-enum class RowKernel { kCluster, kL2, kClassic, kPipe };
+// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster, pipe, walk and l2 need
+// vec; a variant that cannot take the rows runs the classic kernel instead (pipe: first the cluster kernel). pipe and
+// walk run the cluster kernel persistently (as many clusters as are resident, each walking rows), pipe with two
+// buffers per block, walk with one.
+enum class RowKernel { kCluster, kL2, kClassic, kPipe, kWalk };
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;    // kCluster, kPipe: blocks per row (1, 2, 4, 8), 0 for the launcher's choice by row size
-  bool poly = false;  // kCluster, kPipe ("-poly"): bf16 gradients take 2 of 8 exponentials from the FMA pipes
+  int cluster = 0;    // kCluster, kPipe, kWalk: blocks per row (1, 2, 4, 8), 0 for the launcher's choice by row size
+  bool poly = false;  // kCluster, kPipe, kWalk ("-poly"): bf16 gradients take 2 of 8 exponentials from the FMA pipes
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();

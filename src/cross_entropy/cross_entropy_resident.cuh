@@ -5,11 +5,14 @@
 // the rest; the blocks exchange their partial statistics through distributed shared memory, then write the gradient
 // from shared memory.
 //
-// Two ways to run it (SliceShape::stages, the launcher's grid):
+// Three ways to run it (SliceShape::stages, the launcher's grid):
 // - `cluster`: one cluster per row, one buffer. With ~63 KB slices three blocks share an SM and their phases
 //   (loading, writing) overlap, as far as the block scheduler staggers them.
 // - `pipe`: as many clusters as are resident, each walking rows with a stride, two buffers per block: the next row's
 //   copy is in flight while this row's statistics and gradient are computed, so every SM always has bytes coming.
+// - `walk`: as many clusters as are resident, each walking rows, one buffer (the launcher's grid; stages 1): no
+//   cluster is launched after the first wave, so an SM's slots are never left empty waiting for a cluster's worth of
+//   free slots in one GPC; the blocks sharing an SM overlap one another's copies as in `cluster`.
 #pragma once
 
 #include <cooperative_groups.h>

@@ -41,9 +41,9 @@ struct KernelScope {
   ~KernelScope() { tigon_testing_cross_entropy_kernel(nullptr); }
 };
 
-// The kernel a variant should have run: cluster, pipe and l2 need 16-byte aligned rows; a forced cluster size is kept
-// when its buffers (pipe: two) fit in an H200 block's 227 KB of shared memory (less the kernel's 1.5 KB); pipe falls
-// back to cluster when two buffers fit in no size.
+// The kernel a variant should have run: cluster, pipe, walk and l2 need 16-byte aligned rows; a forced cluster size
+// is kept when its buffers (pipe: two) fit in an H200 block's 227 KB of shared memory (less the kernel's 1.5 KB); pipe
+// falls back to cluster when two buffers fit in no size.
 std::string expected_kernel(std::string variant, DType dt, int64_t N, int64_t V, int64_t stride) {
   const int64_t elem = tigon::dtype_bytes(dt);
   const bool vec = N <= 1 || (stride * elem) % 16 == 0;
@@ -56,7 +56,7 @@ std::string expected_kernel(std::string variant, DType dt, int64_t N, int64_t V,
   const std::string poly = variant.size() > 5 && variant.substr(variant.size() - 5) == "-poly" ? "-poly" : "";
   variant.resize(variant.size() - poly.size());
   const bool pipe = variant.rfind("pipe", 0) == 0;
-  const std::string kind = pipe ? "pipe" : "cluster";
+  const std::string kind = pipe ? "pipe" : variant.rfind("walk", 0) == 0 ? "walk" : "cluster";
   if (variant.size() == kind.size() + 1 && fits(variant.back() - '0', pipe ? 2 : 1)) return variant + poly;
   return pipe && !fits(8, 2) ? "cluster" : kind;  // a size of the launcher's choosing: only the prefix is checked
 }
@@ -192,11 +192,12 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, CrossEntropyCudaKernels,
     ::testing::Combine(
         ::testing::Values("cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
-                          "pipe8", "cluster-poly", "pipe-poly", "pipe8-poly", "l2", "classic"),
+                          "pipe8", "walk", "walk1", "walk4", "walk8", "cluster-poly", "pipe-poly", "pipe8-poly",
+                          "walk-poly", "l2", "classic"),
         ::testing::Values(
             Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
             Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
-            Case{DType::kBFloat16, 6000, 4096, 0, kMean, 0.f, 0.f, 0.f, false, true},      // pipe: many rows a cluster
+            Case{DType::kBFloat16, 6000, 4096, 0, kMean, 0.f, 0.f, 0.f, false, true},      // pipe, walk: many rows
             Case{DType::kBFloat16, 257, 32001, 7, kSum, 0.1f, 1e-4f, 0.f, true, false},    // strided, 1-column tail
             Case{DType::kFloat16, 3, 32001, 0, kNone, 0.f, 0.f, 30.f, false, true},        // unaligned: classic
             Case{DType::kBFloat16, 133, 151936, 0, kMean, 0.1f, 1e-4f, 0.f, true, false},  // Qwen vocabulary
@@ -262,16 +263,17 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
-                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "l2", "classic"));
+                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "walk", "l2", "classic"));
 
 // The variant names the selector (and TIGON_CE_KERNEL) takes; anything else is refused with the argument named. Host
 // code only: runs without a GPU.
 TEST(CrossEntropyCudaApi, KernelNames) {
   for (const char* name : {"cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
-                           "pipe8", "cluster-poly", "cluster4-poly", "pipe-poly", "pipe8-poly", "l2", "classic"})
+                           "pipe8", "walk", "walk1", "walk2", "walk4", "walk8", "cluster-poly", "cluster4-poly",
+                           "pipe-poly", "pipe8-poly", "walk-poly", "walk4-poly", "l2", "classic"})
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << name << ": " << tigon_last_error();
   for (const char* name : {"", "pipe3", "pipe16", "cluster0", "clusterx", "pipes", "l3", "l2-poly", "classic-poly",
-                           "pipe8-", "pipe-poly4", "pipe8-polyx"}) {
+                           "pipe8-", "pipe-poly4", "pipe8-polyx", "walk3", "walks", "walk4-"}) {
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(std::string(tigon_last_error()).find("'name'"), std::string::npos) << tigon_last_error();
   }
