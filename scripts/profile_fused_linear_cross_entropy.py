@@ -98,6 +98,16 @@ if not args.brief:
     print("  kernels:")
     for name, us in by_name.most_common(12):
         print(f"    {us / 1e3:8.3f} ms  {name[:110]}")
+    # The last pass's GEMMs in launch order (per chunk: logits, then the gradient products), each with its rate at the
+    # op's chunk size: which product (dX's long K, dW's accumulation) falls short of the others.
+    chunk_rows = chunk_plan(x, w)[1]
+    gemm_events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                          and kind(e.name) == "gemm"), key=lambda e: e.time_range.start)
+    last = gemm_events[len(gemm_events) - len(gemm_events) // args.reps:] if gemm_events else []
+    print(f"  GEMMs of the last pass, in launch order (chunk {chunk_rows} rows; TFLOP/s at 2·chunk·H·V):")
+    for e in last:
+        us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        print(f"    {us / 1e3:8.3f} ms  {2 * chunk_rows * H * V / (us * 1e-6) / 1e12:6.1f} TFLOP/s  {e.name[:80]}")
 wall = time_ms(one_pass, dev, 5, 2)
 print(f"  wall per pass (CUDA events): {wall:.2f} ms")
 if args.brief:
