@@ -5,8 +5,11 @@ through torch) timed alone on the same three products at the chunk size the op p
 from the library's rate and what the rest costs (issue 4: 16384 x 4096 x 128256 at 81.6 ms against the 80 ms bar).
 
     python3 scripts/profile_fused_linear_cross_entropy.py [--shape 16384x4096x128256] [--reps 3] [--chunk N] [--brief]
+        [--sweep 4096,4608,5120]
 --chunk: the chunk the comparison GEMMs use (default: the op's own, from its 1.5 GiB budget rule). --brief: the
-grouped times and the wall time only. TIGON_MATMUL_ALGO=i (read by the library once per process) makes every GEMM
+grouped times and the wall time only. --sweep: the whole pass's wall time and peak memory at other chunk sizes (the
+GEMMs' tile and wave counts change with the chunk: 16384 tokens in 3 chunks of 5462 leave a partial last wave of dX's
+tiles; 4096-token chunks fill whole waves for 128 x 256 tiles but add a pass over dW's fp32 accumulator). TIGON_MATMUL_ALGO=i (read by the library once per process) makes every GEMM
 take cuBLASLt's i-th heuristic candidate instead of its first, TIGON_MATMUL_API=cublas cuBLAS's cublasGemmEx (torch.mm's
 route): run once per setting to compare them.
 """
@@ -26,6 +29,8 @@ ap.add_argument("--shape", default="16384x4096x128256")
 ap.add_argument("--reps", type=int, default=3)
 ap.add_argument("--chunk", type=int, default=0)
 ap.add_argument("--brief", action="store_true")
+ap.add_argument("--sweep", default="4096,4608,5120",
+                help="chunk sizes (tokens) to time the whole pass at, beside the op's own choice ('' for none)")
 ap.add_argument("--device", default="cuda")  # cpu: a smoke test of this script (no kernels to group)
 args = ap.parse_args()
 
@@ -110,6 +115,18 @@ if not args.brief:
         print(f"    {us / 1e3:8.3f} ms  {2 * chunk_rows * H * V / (us * 1e-6) / 1e12:6.1f} TFLOP/s  {e.name[:80]}")
 wall = time_ms(one_pass, dev, 5, 2)
 print(f"  wall per pass (CUDA events): {wall:.2f} ms")
+for rows in [int(r) for r in args.sweep.split(",") if r] if not args.brief else []:
+    def pass_at(rows=rows):
+        x.grad = w.grad = None
+        fused_linear_cross_entropy(x, w, t, chunk_rows=rows).backward()
+    pass_at()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() if dev.type == "cuda" else 0
+    ms = time_ms(pass_at, dev, 5, 1)
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**30 if dev.type == "cuda" else float("nan")
+    print(f"  chunks of {rows} tokens: wall per pass {ms:.2f} ms, peak {peak:.2f} GiB above the inputs and grads held")
 if args.brief:
     raise SystemExit(0)
 
