@@ -27,8 +27,8 @@ ap.add_argument("--shape", default="8192x128256")
 ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
-ap.add_argument("variants", nargs="*", default=["cluster", "walk", "walk-poly", "walk4", "walk8", "cluster8", "pipe", "l2",
-                                                "classic"])
+ap.add_argument("variants", nargs="*",
+                default=["cluster", "walk", "walk-poly", "walk4", "walk8", "cluster8", "pipe", "l2", "classic"])
 args = ap.parse_args()
 
 M, V = map(int, args.shape.split("x"))

@@ -9,9 +9,12 @@ from the library's rate and what the rest costs (issue 4: 16384 x 4096 x 128256 
 --chunk: the chunk the comparison GEMMs use (default: the op's own, from its 1.5 GiB budget rule). --brief: the
 grouped times and the wall time only. --sweep: the whole pass's wall time and peak memory at other chunk sizes (the
 GEMMs' tile and wave counts change with the chunk: 16384 tokens in 3 chunks of 5462 leave a partial last wave of dX's
-tiles; 4096-token chunks fill whole waves for 128 x 256 tiles but add a pass over dW's fp32 accumulator). TIGON_MATMUL_ALGO=i (read by the library once per process) makes every GEMM
-take cuBLASLt's i-th heuristic candidate instead of its first, TIGON_MATMUL_API=cublas cuBLAS's cublasGemmEx (torch.mm's
-route): run once per setting to compare them.
+tiles; 4096-token chunks fill whole waves for 128 x 256 tiles but add a pass over dW's fp32 accumulator).
+
+The library reads these once per process; run the script once per setting to compare them. TIGON_MATMUL_ALGO=i makes
+every GEMM take cuBLASLt's i-th heuristic candidate instead of its first; TIGON_MATMUL_ALGO=TN:i,NN:j,NT:k chooses per
+product (logits TN, dX NN, dW NT: cuBLAS's column-major transposes). TIGON_MATMUL_API=cublas takes cuBLAS's
+cublasGemmEx (torch.mm's route) instead.
 """
 import argparse
 import collections

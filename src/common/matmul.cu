@@ -39,13 +39,29 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
+// TIGON_MATMUL_ALGO (read once; for measuring): which of cuBLASLt's heuristic candidates a product takes. "i" for
+// every product, or per transpose pattern in cuBLAS's column-major terms, "TN:i,NN:j,NT:k" (unnamed patterns: 0).
+// Fused linear + CE's three products are one pattern each: logits TN, dX NN, dW NT.
 constexpr int kMaxCandidates = 8;
-int algo_index() {
-  static const int i = [] {
+int algo_index(bool trans_a, bool trans_b) {
+  static const std::array<int, 4> by_pattern = [] {  // [trans_a * 2 + trans_b]
+    std::array<int, 4> idx{0, 0, 0, 0};
     const char* e = std::getenv("TIGON_MATMUL_ALGO");
-    return e ? std::max(0, std::atoi(e)) : 0;
+    if (e == nullptr) return idx;
+    if (std::strchr(e, ':') == nullptr) {
+      idx.fill(std::max(0, std::atoi(e)));
+      return idx;
+    }
+    for (const char* p = e; *p;) {  // "XY:i" items separated by commas; a malformed item is skipped
+      if ((p[0] == 'N' || p[0] == 'T') && (p[1] == 'N' || p[1] == 'T') && p[2] == ':')
+        idx[(p[0] == 'T') * 2 + (p[1] == 'T')] = std::max(0, std::atoi(p + 3));
+      const char* comma = std::strchr(p, ',');
+      if (comma == nullptr) break;
+      p = comma + 1;
+    }
+    return idx;
   }();
-  return i;
+  return by_pattern[trans_a * 2 + trans_b];
 }
 
 // Everything the algorithm choice depends on.
@@ -135,11 +151,11 @@ const Plan& plan_for(const Key& key, const Matmul& mm, cublasLtHandle_t h, size_
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[3], 4);
-  // The heuristic's first candidate, or (TIGON_MATMUL_ALGO=i, for measuring) its i-th, or its last when it has
-  // fewer: cuBLASLt's other choices timed on a workload without a rebuild (profile_fused_linear_cross_entropy.py).
+  // The heuristic's first candidate, or (TIGON_MATMUL_ALGO, for measuring) its i-th, or its last when it has fewer:
+  // cuBLASLt's other choices timed on a workload without a rebuild (profile_fused_linear_cross_entropy.py).
   std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
   int found = 0;
-  const int want = std::clamp(algo_index() + 1, 1, kMaxCandidates);
+  const int want = std::clamp(algo_index(mm.trans_a, mm.trans_b) + 1, 1, kMaxCandidates);
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, pref, want, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
