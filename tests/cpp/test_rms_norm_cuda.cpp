@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <tuple>
@@ -89,6 +91,17 @@ INSTANTIATE_TEST_SUITE_P(
              short_name(std::get<2>(c)) + "_" + mode_name(std::get<3>(c)) + "_" + std::to_string(std::get<4>(c)) +
              "x" + std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
     });
+
+// TIGON_COLUMN_SUM=wide (src/common/column_sum.cu: dW's partial rows summed with 16-byte loads) runs the Shapes suite
+// again in a child process, since the knob is read once per process.
+TEST(RmsNormCudaVariants, WideColumnSumMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (std::getenv("TIGON_COLUMN_SUM")) GTEST_SKIP() << "the knob is set: this process is the variant run";
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX TIGON_COLUMN_SUM=wide '" + self +
+                          "' --gtest_brief=1 --gtest_filter='Shapes/RmsNormCuda.*'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
 
 TEST(RmsNormCudaApi, WorkspaceTooSmallIsAnError) {
   SKIP_WITHOUT_GPU();
