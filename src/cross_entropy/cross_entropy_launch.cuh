@@ -14,8 +14,9 @@
 #include "common/cuda_check.h"
 #include "common/occupancy.h"
 #include "cross_entropy/cross_entropy_kernels.cuh"
-#include "cross_entropy/cross_entropy_resident.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
+#include "cross_entropy/cross_entropy_regs.cuh"
+#include "cross_entropy/cross_entropy_resident.cuh"
 
 namespace tigon::cross_entropy {
 
@@ -143,6 +144,41 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   return false;
 }
 
+// The register kernel: the fewest blocks per row (a power of two up to 8, or `forced` when it holds the row) whose
+// slices fit kRegsVecs vectors per thread of kRegsThreads. The name it ran as ("regs4"), or nullptr when the row is
+// too long for it or the cluster cannot be placed (nothing launched, no error left behind).
+template <class T, int O>
+const char* launch_regs(const RowArgs& a, int forced, cudaStream_t stream) {
+  const int64_t nvec = a.cols / kern::kVec<T>, per_block = int64_t(kern::kRegsThreads) * kern::kRegsVecs;
+  int csize = 0;
+  if (forced > 0 && nvec <= forced * per_block) csize = forced;
+  for (int c = 1; c <= kern::kMaxCluster && csize == 0; c *= 2)
+    if (nvec <= c * per_block) csize = c;
+  if (csize == 0 || a.rows > INT_MAX / csize) return nullptr;
+  const int64_t slice = std::max<int64_t>(1, (nvec + csize - 1) / csize);
+  const auto kernel = kern::regs_rows_kernel<T, O>;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(csize);
+  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(a.rows * csize));
+  const int64_t threads = (slice + kern::kRegsVecs - 1) / kern::kRegsVecs;
+  cfg.blockDim = dim3(unsigned(std::clamp<int64_t>((threads + 31) / 32 * 32, 32, kern::kRegsThreads)));
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int dev = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  if (active_clusters(reinterpret_cast<const void*>(kernel), cfg, dev) == 0) return nullptr;
+  if (cudaLaunchKernelEx(&cfg, kernel, a, slice) != cudaSuccess) {
+    (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
+    return nullptr;
+  }
+  static const char* const names[9] = {"", "regs1", "regs2", "", "regs4", "", "", "", "regs8"};
+  return names[csize];
+}
+
 template <class T, int O>
 void launch_l2(const RowArgs& a, const DeviceLimits& d, cudaStream_t stream) {
   const auto kernel = kern::l2_rows_kernel<T, O>;
@@ -193,6 +229,13 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
+    if (vec && k.kind == RowKernel::kRegs) {
+      if (const char* name = launch_regs<T, O>(a, k.cluster, stream)) {
+        ran = name;
+        return;
+      }
+      k = KernelChoice{};  // a row too long for it: the cluster kernel, at the launcher's size
+    }
     if (vec && (k.kind == RowKernel::kCluster || k.kind == RowKernel::kPipe || k.kind == RowKernel::kWalk)) {
       // The planned size first, then any other that fits (pipe: then as the one-buffer cluster kernel); never a
       // launch error for the choice of size.

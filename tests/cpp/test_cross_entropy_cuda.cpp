@@ -41,9 +41,9 @@ struct KernelScope {
   ~KernelScope() { tigon_testing_cross_entropy_kernel(nullptr); }
 };
 
-// The kernel a variant should have run: cluster, pipe, walk and l2 need 16-byte aligned rows; a forced cluster size
-// is kept when its buffers (pipe: two) fit in an H200 block's 227 KB of shared memory (less the kernel's 1.5 KB); pipe
-// falls back to cluster when two buffers fit in no size.
+// The kernel a variant should have run: cluster, pipe, walk, regs and l2 need 16-byte aligned rows; a forced cluster
+// size is kept when its buffers (pipe: two) fit in an H200 block's 227 KB of shared memory (less the kernel's 1.5 KB),
+// or (regs) when its blocks hold the row in registers; pipe falls back to cluster when two buffers fit in no size.
 std::string expected_kernel(std::string variant, DType dt, int64_t N, int64_t V, int64_t stride) {
   const int64_t elem = tigon::dtype_bytes(dt);
   const bool vec = N <= 1 || (stride * elem) % 16 == 0;
@@ -53,6 +53,11 @@ std::string expected_kernel(std::string variant, DType dt, int64_t N, int64_t V,
   const auto fits = [&](int64_t blocks, int stages) {
     return (nvec + blocks - 1) / blocks * 16 * stages <= 227 * 1024 - 1536;
   };
+  if (variant.rfind("regs", 0) == 0) {  // 256 threads x 16 vectors per block, up to 8 blocks; else the cluster kernel
+    const auto holds = [&](int64_t blocks) { return nvec <= blocks * 256 * 16; };
+    if (variant.size() == 5 && holds(variant.back() - '0')) return variant;
+    return holds(8) ? "regs" : "cluster";
+  }
   const std::string poly = variant.size() > 5 && variant.substr(variant.size() - 5) == "-poly" ? "-poly" : "";
   variant.resize(variant.size() - poly.size());
   const bool pipe = variant.rfind("pipe", 0) == 0;
@@ -192,8 +197,8 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, CrossEntropyCudaKernels,
     ::testing::Combine(
         ::testing::Values("cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
-                          "pipe8", "walk", "walk1", "walk4", "walk8", "cluster-poly", "pipe-poly", "pipe8-poly",
-                          "walk-poly", "l2", "classic"),
+                          "pipe8", "walk", "walk1", "walk4", "walk8", "regs", "regs1", "regs4", "regs8",
+                          "cluster-poly", "pipe-poly", "pipe8-poly", "walk-poly", "l2", "classic"),
         ::testing::Values(
             Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
             Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
@@ -263,17 +268,19 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
-                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "walk", "l2", "classic"));
+                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "walk", "regs", "l2", "classic"));
 
 // The variant names the selector (and TIGON_CE_KERNEL) takes; anything else is refused with the argument named. Host
 // code only: runs without a GPU.
 TEST(CrossEntropyCudaApi, KernelNames) {
   for (const char* name : {"cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
                            "pipe8", "walk", "walk1", "walk2", "walk4", "walk8", "cluster-poly", "cluster4-poly",
-                           "pipe-poly", "pipe8-poly", "walk-poly", "walk4-poly", "l2", "classic"})
+                           "pipe-poly", "pipe8-poly", "walk-poly", "walk4-poly", "regs", "regs1", "regs2", "regs4",
+                           "regs8", "l2", "classic"})
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << name << ": " << tigon_last_error();
   for (const char* name : {"", "pipe3", "pipe16", "cluster0", "clusterx", "pipes", "l3", "l2-poly", "classic-poly",
-                           "pipe8-", "pipe-poly4", "pipe8-polyx", "walk3", "walks", "walk4-"}) {
+                           "pipe8-", "pipe-poly4", "pipe8-polyx", "walk3", "walks", "walk4-", "regs-poly",
+                           "regs4-poly", "regs16"}) {
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(std::string(tigon_last_error()).find("'name'"), std::string::npos) << tigon_last_error();
   }
