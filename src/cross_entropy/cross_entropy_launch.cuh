@@ -145,10 +145,11 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
 }
 
 // The register kernel: the fewest blocks per row (a power of two up to 8, or `forced` when it holds the row) whose
-// slices fit kRegsVecs vectors per thread of kRegsThreads. The name it ran as ("regs4"), or nullptr when the row is
-// too long for it or the cluster cannot be placed (nothing launched, no error left behind).
+// slices fit kRegsVecs vectors per thread of kRegsThreads; one cluster per row, or (walk) as many as are resident.
+// The name it ran as ("regs4", "regswalk4"), or nullptr when the row is too long for it or the cluster cannot be
+// placed (nothing launched, no error left behind).
 template <class T, int O>
-const char* launch_regs(const RowArgs& a, int forced, cudaStream_t stream) {
+const char* launch_regs(const RowArgs& a, int forced, bool walk, cudaStream_t stream) {
   const int64_t nvec = a.cols / kern::kVec<T>, per_block = int64_t(kern::kRegsThreads) * kern::kRegsVecs;
   int csize = 0;
   if (forced > 0 && nvec <= forced * per_block) csize = forced;
@@ -170,13 +171,16 @@ const char* launch_regs(const RowArgs& a, int forced, cudaStream_t stream) {
   cfg.numAttrs = 1;
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
-  if (active_clusters(reinterpret_cast<const void*>(kernel), cfg, dev) == 0) return nullptr;
+  const int resident = active_clusters(reinterpret_cast<const void*>(kernel), cfg, dev);
+  if (resident == 0) return nullptr;
+  if (walk) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * csize));
   if (cudaLaunchKernelEx(&cfg, kernel, a, slice) != cudaSuccess) {
     (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
     return nullptr;
   }
-  static const char* const names[9] = {"", "regs1", "regs2", "", "regs4", "", "", "", "regs8"};
-  return names[csize];
+  static const char* const names[2][9] = {{"", "regs1", "regs2", "", "regs4", "", "", "", "regs8"},
+                                          {"", "regswalk1", "regswalk2", "", "regswalk4", "", "", "", "regswalk8"}};
+  return names[walk][csize];
 }
 
 template <class T, int O>
@@ -229,8 +233,8 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
-    if (vec && k.kind == RowKernel::kRegs) {
-      if (const char* name = launch_regs<T, O>(a, k.cluster, stream)) {
+    if (vec && (k.kind == RowKernel::kRegs || k.kind == RowKernel::kRegsWalk)) {
+      if (const char* name = launch_regs<T, O>(a, k.cluster, k.kind == RowKernel::kRegsWalk, stream)) {
         ran = name;
         return;
       }

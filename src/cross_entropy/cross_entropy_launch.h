@@ -41,12 +41,12 @@ struct ScaleArgs {
 // vec; a variant that cannot take the rows runs the classic kernel instead (pipe: first the cluster kernel). pipe and
 // walk run the cluster kernel persistently (as many clusters as are resident, each walking rows), pipe with two
 // buffers per block, walk with one.
-// regs: the row split over a cluster as well, held in registers (cross_entropy_regs.cuh); rows too long for it run
-// the cluster kernel.
-enum class RowKernel { kCluster, kL2, kClassic, kPipe, kWalk, kRegs };
+// regs: the row split over a cluster as well, held in registers (cross_entropy_regs.cuh), one cluster per row or
+// (regswalk) persistent; rows too long for it run the cluster kernel.
+enum class RowKernel { kCluster, kL2, kClassic, kPipe, kWalk, kRegs, kRegsWalk };
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;    // kCluster, kPipe, kWalk, kRegs: blocks per row (1, 2, 4, 8), 0 for the launcher's choice
+  int cluster = 0;    // kCluster, kPipe, kWalk, kRegs, kRegsWalk: blocks per row (1, 2, 4, 8), 0: the launcher's
   bool poly = false;  // kCluster, kPipe, kWalk ("-poly"): bf16 gradients take 2 of 8 exponentials from the FMA pipes
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.

@@ -55,8 +55,9 @@ std::string expected_kernel(std::string variant, DType dt, int64_t N, int64_t V,
   };
   if (variant.rfind("regs", 0) == 0) {  // 256 threads x 16 vectors per block, up to 8 blocks; else the cluster kernel
     const auto holds = [&](int64_t blocks) { return nvec <= blocks * 256 * 16; };
-    if (variant.size() == 5 && holds(variant.back() - '0')) return variant;
-    return holds(8) ? "regs" : "cluster";
+    const std::string kind = variant.rfind("regswalk", 0) == 0 ? "regswalk" : "regs";
+    if (variant.size() == kind.size() + 1 && holds(variant.back() - '0')) return variant;
+    return holds(8) ? kind : "cluster";
   }
   const std::string poly = variant.size() > 5 && variant.substr(variant.size() - 5) == "-poly" ? "-poly" : "";
   variant.resize(variant.size() - poly.size());
@@ -197,8 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, CrossEntropyCudaKernels,
     ::testing::Combine(
         ::testing::Values("cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
-                          "pipe8", "walk", "walk1", "walk4", "walk8", "regs", "regs1", "regs4", "regs8",
-                          "cluster-poly", "pipe-poly", "pipe8-poly", "walk-poly", "l2", "classic"),
+                          "pipe8", "walk", "walk1", "walk4", "walk8", "regs", "regs1", "regs4", "regs8", "regswalk",
+                          "regswalk4", "cluster-poly", "pipe-poly", "pipe8-poly", "walk-poly", "l2", "classic"),
         ::testing::Values(
             Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
             Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
@@ -268,7 +269,8 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
-                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "walk", "regs", "l2", "classic"));
+                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "walk", "regs", "regswalk", "l2",
+                                           "classic"));
 
 // The variant names the selector (and TIGON_CE_KERNEL) takes; anything else is refused with the argument named. Host
 // code only: runs without a GPU.
@@ -276,11 +278,11 @@ TEST(CrossEntropyCudaApi, KernelNames) {
   for (const char* name : {"cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
                            "pipe8", "walk", "walk1", "walk2", "walk4", "walk8", "cluster-poly", "cluster4-poly",
                            "pipe-poly", "pipe8-poly", "walk-poly", "walk4-poly", "regs", "regs1", "regs2", "regs4",
-                           "regs8", "l2", "classic"})
+                           "regs8", "regswalk", "regswalk1", "regswalk4", "regswalk8", "l2", "classic"})
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << name << ": " << tigon_last_error();
   for (const char* name : {"", "pipe3", "pipe16", "cluster0", "clusterx", "pipes", "l3", "l2-poly", "classic-poly",
                            "pipe8-", "pipe-poly4", "pipe8-polyx", "walk3", "walks", "walk4-", "regs-poly",
-                           "regs4-poly", "regs16"}) {
+                           "regs4-poly", "regs16", "regswalk-poly", "regswalk3"}) {
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(std::string(tigon_last_error()).find("'name'"), std::string::npos) << tigon_last_error();
   }
