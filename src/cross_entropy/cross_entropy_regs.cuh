@@ -87,24 +87,9 @@ __global__ void __launch_bounds__(kRegsThreads, 2) regs_rows_kernel(RowArgs a, i
     // The argmax column from the candidate group, re-read from global memory (L2): nobody writes before the exchange.
     resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
                       [&](int64_t c) { return reinterpret_cast<const uint4*>(x)[c / V]; });
-    float xtail = 0.f;  // the tail is read straight from global memory (fewer than V elements)
-    if (tid < tail) {
-      xtail = to_f<T>(x[nvec * V + tid]);
-      accumulate1<O>(st, xtail, nvec * V + tid, a);
-    }
+    const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
     st = block_merge(st, warp_stats);
-
-    // As in the cluster kernel: every block writes its statistics into slot `rank` of every block's rank_stats, the
-    // slots alternating between exchanges; after the barrier all merge the same values in the same order.
-    if (!cluster_ready) {
-      __cluster_barrier_wait();
-      cluster_ready = true;
-    }
-    RowStats* slots = rank_stats[exchanges++ & 1];
-    if (tid < csize) put(cluster.map_shared_rank(&slots[rank], tid), st);
-    cluster.sync();
-    RowStats r = slots[0];
-    for (int j = 1; j < csize; ++j) r = merge(r, slots[j]);
+    const RowStats r = exchange_stats(st, rank_stats, exchanges, cluster_ready);
     const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
     if (!grad) continue;
 

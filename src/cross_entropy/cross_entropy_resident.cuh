@@ -36,6 +36,38 @@ struct SliceShape {
   int stages = 1;
 };
 
+// The row's statistics over a cluster, in every thread of every block: each block writes its own (st, merged over
+// the block) into slot `rank` of every block's `slots`; after the barrier every block merges the same values in the
+// same order, so they agree bit for bit. The slot arrays alternate between exchanges (`exchanges` counts them): a
+// block through this barrier may write the next exchange's statistics while another still reads this one's, but
+// cannot get further ahead without that block reaching the next barrier. The first exchange first waits for the
+// cluster's arrival barrier (every block running before another writes into its shared memory); `ready` remembers.
+__device__ __forceinline__ RowStats exchange_stats(const RowStats& st, RowStats (&slots)[2][kMaxCluster],
+                                                   uint32_t& exchanges, bool& ready) {
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank()), tid = int(threadIdx.x);
+  if (!ready) {
+    __cluster_barrier_wait();
+    ready = true;
+  }
+  RowStats* mine = slots[exchanges++ & 1];
+  if (tid < csize) put(cluster.map_shared_rank(&mine[rank], tid), st);
+  cluster.sync();
+  RowStats r = mine[0];
+  for (int j = 1; j < csize; ++j) r = merge(r, mine[j]);
+  return r;
+}
+
+// The last block's columns after the whole vectors (fewer than V, from global memory), one per thread from c0, into
+// st; the thread's logit (0 for none), which its gradient needs again.
+template <class T, int O>
+__device__ __forceinline__ float accumulate_tail(RowStats& st, const T* x, int64_t c0, int tail, const RowArgs& a) {
+  if (int(threadIdx.x) >= tail) return 0.f;
+  const float v = to_f<T>(x[c0 + threadIdx.x]);
+  accumulate1<O>(st, v, c0 + threadIdx.x, a);
+  return v;
+}
+
 // P: elements per vector whose gradient exponential comes from the FMA pipes (grad_vec; 0: none).
 template <class T, int O, int P>
 __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArgs a, SliceShape sh) {
@@ -113,26 +145,9 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       parity ^= 1u << b;
       resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
                         [&](int64_t c) { return from_slice(uint32_t(c / V)); });
-      float xtail = 0.f;  // the tail is read straight from global memory (fewer than V elements)
-      if (tid < tail) {
-        xtail = to_f<T>(x[nvec * V + tid]);
-        accumulate1<O>(st, xtail, nvec * V + tid, a);
-      }
+      const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
       st = block_merge(st, warp_stats);
-
-      // Each block writes its statistics into slot `rank` of every block's rank_stats; after the barrier every
-      // block merges the same values in the same order (so they agree bit for bit). Slots alternate between
-      // exchanges: a block that is through this barrier may write the next exchange's statistics while another
-      // still reads this one's, but cannot get further ahead without that block reaching the next barrier.
-      if (!cluster_ready) {
-        __cluster_barrier_wait();
-        cluster_ready = true;
-      }
-      RowStats* slots = rank_stats[exchanges++ & 1];
-      if (tid < csize) put(cluster.map_shared_rank(&slots[rank], tid), st);
-      cluster.sync();
-      RowStats r = slots[0];
-      for (int j = 1; j < csize; ++j) r = merge(r, slots[j]);
+      const RowStats r = exchange_stats(st, rank_stats, exchanges, cluster_ready);
       const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
 
       if (grad) {
