@@ -1,10 +1,8 @@
 #include "common/column_sum.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
+#include "common/env.h"
 
 namespace tigon::cuda {
 namespace {
@@ -90,10 +88,7 @@ __global__ void __launch_bounds__(8 * kWideRows) column_sum_wide_kernel(Sum a, S
 }
 
 bool wide_asked() {
-  static const bool on = [] {
-    const char* e = std::getenv("TIGON_COLUMN_SUM");
-    return e != nullptr && std::strcmp(e, "wide") == 0;
-  }();
+  static const bool on = env_is("TIGON_COLUMN_SUM", "wide");
   return on;
 }
 

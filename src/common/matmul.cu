@@ -10,6 +10,7 @@
 #include <map>
 
 #include "common/cuda_check.h"
+#include "common/env.h"
 #include "common/error.h"
 
 #define TIGON_CUBLAS_CHECK(call)                                                                   \
@@ -96,10 +97,7 @@ cublasLtHandle_t handle(int device) {
 // cublasGemmEx, which picks its kernels by its own rules (torch.mm's route), instead of cuBLASLt's heuristic. Not a
 // default: cublasCreate allocates device memory, which an op must not do (and cannot while a CUDA graph captures).
 bool use_cublas() {
-  static const bool on = [] {
-    const char* e = std::getenv("TIGON_MATMUL_API");
-    return e != nullptr && std::strcmp(e, "cublas") == 0;
-  }();
+  static const bool on = env_is("TIGON_MATMUL_API", "cublas");
   return on;
 }
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/cuda_types.cuh"
 #include "common/tensor.h"
@@ -20,12 +19,6 @@ inline bool rows_aligned(const RowMatrix& m) {
 }
 // A row is whole 16-byte vectors.
 inline bool cols_vectorizable(const RowMatrix& x) { return x.cols % (16 / dtype_bytes(x.dtype)) == 0; }
-
-// An integer tuning knob from the environment (0 when unset); callers keep it in a static, read once.
-inline int env_int(const char* name) {
-  const char* e = std::getenv(name);
-  return e ? std::atoi(e) : 0;
-}
 
 // Threads per row (tpr) and row slots per block (rpb) of a kernel holding nv 16-byte vectors of a row per thread:
 // rows shorter than a warp share one, and short rows are packed into ~128-thread blocks.

@@ -7,6 +7,7 @@
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
+#include "common/env.h"
 #include "common/row_plan.h"
 #include "layer_norm/layer_norm.h"
 #include "layer_norm/layer_norm_kernels.cuh"
@@ -18,7 +19,6 @@ namespace {
 using row_plan::cached_shape;
 using row_plan::ceil_div;
 using row_plan::cols_vectorizable;
-using row_plan::env_int;
 using row_plan::rows_aligned;
 using row_plan::Shape;
 

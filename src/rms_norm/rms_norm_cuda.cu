@@ -7,6 +7,7 @@
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
+#include "common/env.h"
 #include "common/row_plan.h"
 #include "rms_norm/rms_norm.h"
 #include "rms_norm/rms_norm_kernels.cuh"
@@ -17,7 +18,6 @@ namespace {
 
 using row_plan::ceil_div;
 using row_plan::cols_vectorizable;
-using row_plan::env_int;
 using row_plan::rows_aligned;
 
 // Kernel choices, measured on the H200 (bf16, 16384 x 4096, ncu). Bytes in flight per multiprocessor decide these

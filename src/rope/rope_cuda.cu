@@ -1,12 +1,12 @@
 // RoPE CUDA path: one launch for q (and k), the vector or scalar kernel picked from the problem's alignment.
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
+#include "common/env.h"
 #include "rope/rope.h"
 #include "rope/rope_kernels.cuh"
 
@@ -20,8 +20,7 @@ constexpr int kThreads = 256;
 // TIGON_ROPE_HEADS=1|2|4 overrides the default for measurements; read once.
 int heads_in_flight() {
   static const int n = [] {
-    const char* env = std::getenv("TIGON_ROPE_HEADS");
-    const int v = env ? std::atoi(env) : 0;
+    const int v = env_int("TIGON_ROPE_HEADS");
     return v == 1 || v == 2 || v == 4 ? v : 1;
   }();
   return n;

@@ -1,0 +1,22 @@
+// Tuning and measuring knobs from the environment (TIGON_*). Callers keep the answer in a function-local static, so
+// each knob is read once per process.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tigon {
+
+// An integer knob (0 when unset).
+inline int env_int(const char* name) {
+  const char* e = std::getenv(name);
+  return e ? std::atoi(e) : 0;
+}
+
+// Whether a knob is set to exactly this word.
+inline bool env_is(const char* name, const char* word) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::strcmp(e, word) == 0;
+}
+
+}  // namespace tigon
