@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <tuple>
@@ -131,7 +130,6 @@ TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
   for (const char* knob : {"TIGON_LAYER_NORM_FWD_NV", "TIGON_LAYER_NORM_BWD_NV", "TIGON_LAYER_NORM_BWD_ROWS",
                            "TIGON_LAYER_NORM_PREFETCH", "TIGON_LAYER_NORM_BWD_DB_SMEM", "TIGON_COLUMN_SUM"})
     if (std::getenv(knob)) GTEST_SKIP() << "a knob is set: this process is one of the variant runs";
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   for (const char* knobs : {"TIGON_LAYER_NORM_PREFETCH=1",
                             "TIGON_LAYER_NORM_FWD_NV=2 TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 "
                             "TIGON_LAYER_NORM_PREFETCH=1",
@@ -140,11 +138,7 @@ TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
                             "TIGON_LAYER_NORM_BWD_NV=1",
                             "TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 TIGON_LAYER_NORM_BWD_DB_SMEM=1",
                             "TIGON_COLUMN_SUM=wide"}) {
-    const std::string cmd =
-        // -u: a sharded parent run (scripts/gpu-check) must not shard the variant runs too
-        std::string("env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX ") + knobs + " '" + self +
-        "' --gtest_brief=1 --gtest_filter='Shapes/LayerNormCuda.*'";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << knobs;
+    EXPECT_EQ(run_self_with(knobs, "Shapes/LayerNormCuda.*"), 0) << knobs;
   }
 }
 

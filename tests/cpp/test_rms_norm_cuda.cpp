@@ -2,8 +2,6 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <tuple>
@@ -97,10 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(RmsNormCudaVariants, WideColumnSumMatchesReference) {
   SKIP_WITHOUT_GPU();
   if (std::getenv("TIGON_COLUMN_SUM")) GTEST_SKIP() << "the knob is set: this process is the variant run";
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string cmd = "env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX TIGON_COLUMN_SUM=wide '" + self +
-                          "' --gtest_brief=1 --gtest_filter='Shapes/RmsNormCuda.*'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(run_self_with("TIGON_COLUMN_SUM=wide", "Shapes/RmsNormCuda.*"), 0);
 }
 
 TEST(RmsNormCudaApi, WorkspaceTooSmallIsAnError) {
