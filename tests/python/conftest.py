@@ -22,6 +22,25 @@ needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason=NO_CUDA_REASON)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
+# The tests past 2^31 elements hold 30-60 GiB of the GPU each. Under pytest-xdist several ran at once on the H200
+# and two ran out of memory (49 + 57 GiB held by two workers); with `--dist loadgroup` (scripts/gpu-check) this group
+# runs on one worker, one test at a time, and each test hands its cached blocks back when it ends.
+BIG_MEMORY_GROUP = "gpu_memory_past_2_31"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.originalname == "test_more_than_2_31_elements" or item.get_closest_marker("big_memory"):
+            item.add_marker(pytest.mark.xdist_group(BIG_MEMORY_GROUP))
+            item.add_marker(pytest.mark.big_memory)
+
+
+@pytest.fixture(autouse=True)
+def _release_big_memory(request):
+    yield
+    if HAVE_CUDA and request.node.get_closest_marker("big_memory"):
+        torch.cuda.empty_cache()
+
 
 @pytest.fixture(autouse=True)
 def _fresh_seed(request):
