@@ -89,8 +89,7 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
 // force the blocks per row), "pipe" (the persistent cluster kernel with two buffers; "pipe1" ... "pipe8"), "walk" (the
 // same with one buffer; "walk1" ... "walk8"), "regs" (the row in registers over a cluster; "regs1" ... "regs8"),
-// "regswalk" (the same, persistent; "regswalk1" ... "regswalk8"), "reread" (the row read twice, the second time from
-// L2; "reread1" ... "reread8"), "l2" or "classic"; "-poly" after a cluster, pipe or
+// "regswalk" (the same, persistent; "regswalk1" ... "regswalk8"), "l2" or "classic"; "-poly" after a cluster, pipe or
 // walk name moves 2 of 8 exponentials of plain bf16 gradients to the FMA pipes.
 // See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
@@ -110,8 +109,7 @@ bool parse_choice(const char* name, KernelChoice* k) {
   else
     return sized("cluster", RowKernel::kCluster) || sized("pipe", RowKernel::kPipe) ||
            sized("walk", RowKernel::kWalk) || (sized("regs", RowKernel::kRegs) && !k->poly) ||
-           (sized("regswalk", RowKernel::kRegsWalk) && !k->poly) ||
-           (sized("reread", RowKernel::kReread) && !k->poly);
+           (sized("regswalk", RowKernel::kRegsWalk) && !k->poly);
   return true;
 }
 
@@ -121,8 +119,8 @@ KernelChoice env_choice() {
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
          "cluster4, cluster8, pipe, pipe1, pipe2, pipe4, pipe8, walk, walk1, walk2, walk4, walk8 (each with -poly or ",
-         "not), regs, regs1, regs2, regs4, regs8, regswalk, regswalk1, regswalk2, regswalk4, regswalk8, reread, ",
-         "reread1, reread2, reread4, reread8, l2, classic");
+         "not), regs, regs1, regs2, regs4, regs8, regswalk, regswalk1, regswalk2, regswalk4, regswalk8, l2, ",
+         "classic");
   return k;
 }
 

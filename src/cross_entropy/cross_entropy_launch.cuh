@@ -12,12 +12,10 @@
 #include <vector>
 
 #include "common/cuda_check.h"
-#include "common/env.h"
 #include "common/occupancy.h"
 #include "cross_entropy/cross_entropy_kernels.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
 #include "cross_entropy/cross_entropy_regs.cuh"
-#include "cross_entropy/cross_entropy_reread.cuh"
 #include "cross_entropy/cross_entropy_resident.cuh"
 
 namespace tigon::cross_entropy {
@@ -33,7 +31,6 @@ inline int row_threads(int64_t cols, int per_vec) {
 // What the launchers need to know about the current device, asked once per device.
 struct DeviceLimits {
   int sms = 0, smem_block = 0, smem_sm = 0;  // multiprocessors; opt-in shared memory per block and per SM (bytes)
-  int l2_bytes = 0;
 };
 inline DeviceLimits device_limits() {
   static std::mutex mu;
@@ -47,7 +44,6 @@ inline DeviceLimits device_limits() {
     TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
-    TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, dev));
   }
   return d;
 }
@@ -187,52 +183,6 @@ const char* launch_regs(const RowArgs& a, int forced, bool walk, cudaStream_t st
   return names[walk][csize];
 }
 
-// The re-read kernel: the fewest blocks per row (a power of two up to 8, or `forced`) whose slices are at most
-// kRereadVecsPerThread vectors per thread of kRereadThreads (8 when none is), and as many clusters at once as are
-// resident and keep their rows inside TIGON_CE_REREAD_L2_PCT percent of L2 (read once; default 40: 20 MB, 80 rows of
-// bf16 x 128256 on an H200), each walking rows. The name it ran as ("reread8"), or nullptr when the cluster cannot be
-// placed (nothing launched, no error left behind).
-inline int reread_l2_percent() {
-  static const int pct = env_int("TIGON_CE_REREAD_L2_PCT");
-  return pct > 0 && pct <= 100 ? pct : 40;
-}
-
-template <class T, int O>
-const char* launch_reread(const RowArgs& a, int forced, const DeviceLimits& d, cudaStream_t stream) {
-  const int64_t nvec = a.cols / kern::kVec<T>;
-  const int64_t per_block = int64_t(kern::kRereadThreads) * kern::kRereadVecsPerThread;
-  int csize = forced;
-  for (int c = 1; c <= kern::kMaxCluster && csize == 0; c *= 2)
-    if (nvec <= c * per_block || c == kern::kMaxCluster) csize = c;
-  if (a.rows > INT_MAX / csize) return nullptr;
-  const int64_t slice = std::max<int64_t>(1, (nvec + csize - 1) / csize);
-  const auto kernel = kern::reread_rows_kernel<T, O>;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(csize);
-  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  const int64_t threads = (slice + 3) / 4;  // a group of 4 vectors per thread or more
-  cfg.blockDim = dim3(unsigned(std::clamp<int64_t>((threads + 31) / 32 * 32, 32, kern::kRereadThreads)));
-  cfg.gridDim = dim3(unsigned(csize));
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int dev = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
-  const int resident = active_clusters(reinterpret_cast<const void*>(kernel), cfg, dev);
-  if (resident == 0) return nullptr;
-  const int64_t row_bytes = std::max<int64_t>(1, a.cols * int64_t(sizeof(T)));
-  const int64_t fit = std::max<int64_t>(1, int64_t(d.l2_bytes) * reread_l2_percent() / 100 / row_bytes);
-  cfg.gridDim = dim3(unsigned(std::min({a.rows, int64_t(resident), fit}) * csize));
-  if (cudaLaunchKernelEx(&cfg, kernel, a, slice) != cudaSuccess) {
-    (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
-    return nullptr;
-  }
-  static const char* const names[9] = {"", "reread1", "reread2", "", "reread4", "", "", "", "reread8"};
-  return names[csize];
-}
-
 template <class T, int O>
 void launch_l2(const RowArgs& a, const DeviceLimits& d, cudaStream_t stream) {
   const auto kernel = kern::l2_rows_kernel<T, O>;
@@ -283,13 +233,6 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
-    if (vec && k.kind == RowKernel::kReread) {
-      if (const char* name = launch_reread<T, O>(a, k.cluster, device_limits(), stream)) {
-        ran = name;
-        return;
-      }
-      k = KernelChoice{};  // the cluster cannot be placed: the cluster kernel, at the launcher's size
-    }
     if (vec && (k.kind == RowKernel::kRegs || k.kind == RowKernel::kRegsWalk)) {
       if (const char* name = launch_regs<T, O>(a, k.cluster, k.kind == RowKernel::kRegsWalk, stream)) {
         ran = name;

@@ -43,12 +43,10 @@ struct ScaleArgs {
 // buffers per block, walk with one.
 // regs: the row split over a cluster as well, held in registers (cross_entropy_regs.cuh), one cluster per row or
 // (regswalk) persistent; rows too long for it run the cluster kernel.
-// reread: the row split over a cluster, read twice (the second time from L2), with as many rows at once as fit in a
-// share of L2 (cross_entropy_reread.cuh).
-enum class RowKernel { kCluster, kL2, kClassic, kPipe, kWalk, kRegs, kRegsWalk, kReread };
+enum class RowKernel { kCluster, kL2, kClassic, kPipe, kWalk, kRegs, kRegsWalk };
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;    // kCluster, kPipe, kWalk, kRegs, kRegsWalk, kReread: blocks per row (1, 2, 4, 8), 0: launcher's
+  int cluster = 0;    // kCluster, kPipe, kWalk, kRegs, kRegsWalk: blocks per row (1, 2, 4, 8), 0: the launcher's
   bool poly = false;  // kCluster, kPipe, kWalk ("-poly"): bf16 gradients take 2 of 8 exponentials from the FMA pipes
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.

@@ -53,12 +53,6 @@ std::string expected_kernel(std::string variant, DType dt, int64_t N, int64_t V,
   const auto fits = [&](int64_t blocks, int stages) {
     return (nvec + blocks - 1) / blocks * 16 * stages <= 227 * 1024 - 1536;
   };
-  if (variant.rfind("reread", 0) == 0) {  // a forced size, else the fewest blocks of 256 x 8 vectors, at most 8
-    if (variant.size() == 7) return variant;
-    int blocks = 1;
-    while (blocks < 8 && nvec > blocks * 256 * 8) blocks *= 2;
-    return "reread" + std::to_string(blocks);
-  }
   if (variant.rfind("regs", 0) == 0) {  // 256 threads x 16 vectors per block, up to 8 blocks; else the cluster kernel
     const auto holds = [&](int64_t blocks) { return nvec <= blocks * 256 * 16; };
     const std::string kind = variant.rfind("regswalk", 0) == 0 ? "regswalk" : "regs";
@@ -205,8 +199,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(
         ::testing::Values("cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
                           "pipe8", "walk", "walk1", "walk4", "walk8", "regs", "regs1", "regs4", "regs8", "regswalk",
-                          "regswalk4", "reread", "reread1", "reread2", "reread8", "cluster-poly", "pipe-poly",
-                          "pipe8-poly", "walk-poly", "l2", "classic"),
+                          "regswalk4", "cluster-poly", "pipe-poly", "pipe8-poly", "walk-poly", "l2", "classic"),
         ::testing::Values(
             Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
             Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
@@ -276,8 +269,8 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
-                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "walk", "regs", "regswalk",
-                                           "reread", "l2", "classic"));
+                         ::testing::Values("cluster", "cluster2", "pipe", "pipe8", "walk", "regs", "regswalk", "l2",
+                                           "classic"));
 
 // The variant names the selector (and TIGON_CE_KERNEL) takes; anything else is refused with the argument named. Host
 // code only: runs without a GPU.
@@ -285,13 +278,11 @@ TEST(CrossEntropyCudaApi, KernelNames) {
   for (const char* name : {"cluster", "cluster1", "cluster2", "cluster4", "cluster8", "pipe", "pipe1", "pipe2", "pipe4",
                            "pipe8", "walk", "walk1", "walk2", "walk4", "walk8", "cluster-poly", "cluster4-poly",
                            "pipe-poly", "pipe8-poly", "walk-poly", "walk4-poly", "regs", "regs1", "regs2", "regs4",
-                           "regs8", "regswalk", "regswalk1", "regswalk4", "regswalk8", "reread", "reread1",
-                           "reread2", "reread4", "reread8", "l2", "classic"})
+                           "regs8", "regswalk", "regswalk1", "regswalk4", "regswalk8", "l2", "classic"})
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << name << ": " << tigon_last_error();
   for (const char* name : {"", "pipe3", "pipe16", "cluster0", "clusterx", "pipes", "l3", "l2-poly", "classic-poly",
                            "pipe8-", "pipe-poly4", "pipe8-polyx", "walk3", "walks", "walk4-", "regs-poly",
-                           "regs4-poly", "regs16", "regswalk-poly", "regswalk3", "reread-poly", "reread3",
-                           "rereads"}) {
+                           "regs4-poly", "regs16", "regswalk-poly", "regswalk3"}) {
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(std::string(tigon_last_error()).find("'name'"), std::string::npos) << tigon_last_error();
   }
