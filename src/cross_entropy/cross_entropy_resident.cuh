@@ -34,6 +34,10 @@ struct SliceShape {
   int64_t slice_vecs = 0;
   int64_t piece_vecs = 1;
   int stages = 1;
+  // walk (TIGON_CE_WALK_SKEW_NS, opt-in until timed): cluster c sleeps (c % 3) * skew_ns before its first copy, so the
+  // three blocks an SM holds need not load, compute and store in step (they start together and each row takes them
+  // the same time: if they stay in step, an SM's memory idles while all three compute).
+  int skew_ns = 0;
 };
 
 // The row's statistics over a cluster, in every thread of every block: each block writes its own (st, merged over
@@ -105,6 +109,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       cuda::bulk_copy_g2s(slices + b * sh.slice_vecs + first, x + (v0 + first) * V, bytes, &bars[b][p], policy);
     }
   };
+  if (sh.skew_ns > 0) __nanosleep(unsigned(first_row % 3) * unsigned(sh.skew_ns));
   for (int b = 0; b < sh.stages; ++b) copy_row(first_row + b * row_step, b);
   // Every block of the cluster must be running before another writes into its shared memory: arrive now, wait
   // before the first exchange, by when the wait costs nothing.
