@@ -12,9 +12,9 @@ GEMMs' tile and wave counts change with the chunk: 16384 tokens in 3 chunks of 5
 tiles; 4096-token chunks fill whole waves for 128 x 256 tiles but add a pass over dW's fp32 accumulator).
 
 The library reads these once per process; run the script once per setting to compare them. TIGON_MATMUL_ALGO=i makes
-every GEMM take cuBLASLt's i-th heuristic candidate instead of its first; TIGON_MATMUL_ALGO=TN:i,NN:j,NT:k chooses per
-product (logits TN, dX NN, dW NT: cuBLAS's column-major transposes). TIGON_MATMUL_API=cublas takes cuBLAS's
-cublasGemmEx (torch.mm's route) instead.
+every GEMM take cuBLASLt's i-th heuristic candidate instead of the library's choice (src/common/matmul.cu);
+TIGON_MATMUL_ALGO=TN:i,NN:j,NT:k chooses per product (logits TN, dX NN, dW NT: cuBLAS's column-major transposes).
+TIGON_MATMUL_LOG=1 prints each product's choice (candidate, tile id) on stderr.
 """
 import argparse
 import collections
@@ -95,8 +95,7 @@ for e in prof.events():
         by_kind[kind(e.name)] += us / args.reps
         by_name[e.name] += us / args.reps
 total = sum(by_kind.values()) or float("nan")
-gemms = "cublasGemmEx" if os.environ.get("TIGON_MATMUL_API") == "cublas" else \
-    f"cuBLASLt candidate {os.environ.get('TIGON_MATMUL_ALGO', '0')}"
+gemms = f"cuBLASLt, TIGON_MATMUL_ALGO={os.environ.get('TIGON_MATMUL_ALGO') or '(library rule)'}"
 print(f"fused linear + CE {N}x{H}x{V} bf16, GEMMs by {gemms}, forward + backward, device time per pass (kernels "
       f"summed): {total / 1e3:.2f} ms")
 for k, us in by_kind.most_common():

@@ -1,10 +1,10 @@
 #include "common/matmul.h"
 
 #include <cublasLt.h>
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -41,14 +41,15 @@ uint32_t alignment(const void* p) {
 }
 
 // TIGON_MATMUL_ALGO (read once; for measuring): which of cuBLASLt's heuristic candidates a product takes. "i" for
-// every product, or per transpose pattern in cuBLAS's column-major terms, "TN:i,NN:j,NT:k" (unnamed patterns: 0).
-// Fused linear + CE's three products are one pattern each: logits TN, dX NN, dW NT.
+// every product, or per transpose pattern in cuBLAS's column-major terms, "TN:i,NN:j,NT:k" (patterns not named keep
+// the library's choice). Fused linear + CE's three products are one pattern each: logits TN, dX NN, dW NT.
+// -1: not given.
 constexpr int kMaxCandidates = 8;
 int algo_index(bool trans_a, bool trans_b) {
   static const std::array<int, 4> by_pattern = [] {  // [trans_a * 2 + trans_b]
-    std::array<int, 4> idx{0, 0, 0, 0};
+    std::array<int, 4> idx{-1, -1, -1, -1};
     const char* e = std::getenv("TIGON_MATMUL_ALGO");
-    if (e == nullptr) return idx;
+    if (e == nullptr || *e == 0) return idx;
     if (std::strchr(e, ':') == nullptr) {
       idx.fill(std::max(0, std::atoi(e)));
       return idx;
@@ -65,6 +66,33 @@ int algo_index(bool trans_a, bool trans_b) {
   return by_pattern[trans_a * 2 + trans_b];
 }
 
+// TIGON_MATMUL_LOG=1 (read once): each new plan's choice on stderr (candidate, tile, stages, cluster shape ids).
+bool log_plans() {
+  static const bool on = env_int("TIGON_MATMUL_LOG") == 1;
+  return on;
+}
+
+int32_t tile_of(const cublasLtMatmulAlgo_t& algo) {
+  int32_t tile = -1;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written);
+  return tile;
+}
+
+// Which of the heuristic's candidates a product takes. The first, except where a measurement says otherwise:
+//  - A product that adds into an fp32 D (beta = 1: fused linear + CE's dW summed over token chunks) takes the first
+//    candidate with 256 x 128 tiles. On the H200 the heuristic's first pick for that product (16384 x 4096 x 128256
+//    in 5462-token chunks) was a 320 x 128 tile at 8.36-8.61 ms per chunk, its third a 256 x 128 tile at 8.21-8.30
+//    (bench/NOTES.md): the fp32 read-modify-write epilogue favours the smaller tile. No 256 x 128 candidate: the first.
+int choose(const Matmul& mm, const cublasLtMatmulHeuristicResult_t* results, int found) {
+  const int forced = algo_index(mm.trans_a, mm.trans_b);
+  if (forced >= 0) return std::min(forced, found - 1);  // its last when it has fewer
+  if (mm.accumulate && mm.d == DType::kFloat32)
+    for (int i = 0; i < found; ++i)
+      if (tile_of(results[i].algo) == CUBLASLT_MATMUL_TILE_256x128) return i;
+  return 0;
+}
+
 // Everything the algorithm choice depends on.
 using Key = std::array<int64_t, 18>;
 
@@ -76,7 +104,6 @@ struct Plan {
 
 struct Cache {
   std::map<int, cublasLtHandle_t> handles;  // per device
-  std::map<int, cublasHandle_t> blas;       // per device, TIGON_MATMUL_API=cublas only
   std::map<Key, Plan> plans;
 };
 
@@ -91,32 +118,6 @@ cublasLtHandle_t handle(int device) {
   cublasLtHandle_t& h = cache().handles[device];
   if (h == nullptr) TIGON_CUBLAS_CHECK(cublasLtCreate(&h));
   return h;
-}
-
-// TIGON_MATMUL_API=cublas (read once; for measuring): products without a bias epilogue go through cuBLAS's
-// cublasGemmEx, which picks its kernels by its own rules (torch.mm's route), instead of cuBLASLt's heuristic. Not a
-// default: cublasCreate allocates device memory, which an op must not do (and cannot while a CUDA graph captures).
-bool use_cublas() {
-  static const bool on = env_is("TIGON_MATMUL_API", "cublas");
-  return on;
-}
-
-cublasHandle_t blas_handle(int device) {
-  cublasHandle_t& h = cache().blas[device];
-  if (h == nullptr) TIGON_CUBLAS_CHECK(cublasCreate(&h));
-  return h;
-}
-
-// D = op(A) op(B) (+ D) by cublasGemmEx on the caller's workspace (so cuBLAS allocates nothing per call).
-void gemm_ex(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t stream, int device) {
-  const cublasHandle_t h = blas_handle(device);
-  TIGON_CUBLAS_CHECK(cublasSetStream(h, stream));
-  TIGON_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, workspace_bytes));
-  const float alpha = 1.f, beta = mm.accumulate ? 1.f : 0.f;
-  TIGON_CUBLAS_CHECK(cublasGemmEx_64(h, mm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, mm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     mm.m, mm.n, mm.k, &alpha, mm.a, cuda_type(mm.ab), mm.lda, mm.b, cuda_type(mm.ab),
-                                     mm.ldb, &beta, mm.dst, cuda_type(mm.d), mm.ldd, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
 }
 
 template <class V>
@@ -149,19 +150,29 @@ const Plan& plan_for(const Key& key, const Matmul& mm, cublasLtHandle_t h, size_
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[3], 4);
-  // The heuristic's first candidate, or (TIGON_MATMUL_ALGO, for measuring) its i-th, or its last when it has fewer:
-  // cuBLASLt's other choices timed on a workload without a rebuild (profile_fused_linear_cross_entropy.py).
+  // Up to kMaxCandidates of the heuristic's candidates, best first; choose() takes one.
   std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
   int found = 0;
-  const int want = std::clamp(algo_index(mm.trans_a, mm.trans_b) + 1, 1, kMaxCandidates);
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, pref, want, results.data(), &found);
+      cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, pref, kMaxCandidates, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  const cublasLtMatmulHeuristicResult_t& result = results[std::max(0, std::min(found, want) - 1)];
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     fail(TIGON_ERROR_NOT_SUPPORTED, "cuBLASLt has no algorithm for ", dtype_name(mm.ab), " -> ", dtype_name(mm.d),
          " m=", mm.m, " n=", mm.n, " k=", mm.k, " (lda ", mm.lda, ", ldb ", mm.ldb, ", ldd ", mm.ldd,
          "): ", cublasLtGetStatusString(st));
+  const int pick = choose(mm, results.data(), found);
+  const cublasLtMatmulHeuristicResult_t& result = results[pick];
+  if (log_plans()) {
+    int32_t stages = -1, cluster = -1;
+    size_t n = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &n);
+    cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                         sizeof(cluster), &n);
+    std::fprintf(stderr, "tigon matmul: %c%c m=%lld n=%lld k=%lld %s%s -> candidate %d of %d, tile %d, stages %d, "
+                 "cluster %d\n", mm.trans_a ? 'T' : 'N', mm.trans_b ? 'T' : 'N', (long long)mm.m, (long long)mm.n,
+                 (long long)mm.k, dtype_name(mm.d), mm.accumulate ? " +=" : "", pick, found, tile_of(result.algo),
+                 stages, cluster);
+  }
   p.algo = result.algo;
   return cache().plans.emplace(key, p).first->second;
 }
@@ -178,7 +189,6 @@ void matmul(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStrea
   }
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  if (use_cublas() && mm.bias == nullptr) return gemm_ex(mm, workspace, workspace_bytes, stream, device);
   const Key key = {device, int64_t(mm.ab), int64_t(mm.d), mm.trans_a, mm.trans_b, mm.m, mm.n, mm.k, mm.lda, mm.ldb,
                    mm.ldd, mm.accumulate, mm.bias ? alignment(mm.bias) : 0, alignment(mm.a), alignment(mm.b),
                    alignment(mm.dst), int64_t(workspace_bytes), alignment(workspace)};
