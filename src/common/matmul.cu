@@ -80,14 +80,15 @@ int32_t tile_of(const cublasLtMatmulAlgo_t& algo) {
 }
 
 // Which of the heuristic's candidates a product takes. The first, except where a measurement says otherwise:
-//  - A product that adds into an fp32 D (beta = 1: fused linear + CE's dW summed over token chunks) takes the first
-//    candidate with 256 x 128 tiles. On the H200 the heuristic's first pick for that product (16384 x 4096 x 128256
-//    in 5462-token chunks) was a 320 x 128 tile at 8.36-8.61 ms per chunk, its third a 256 x 128 tile at 8.21-8.30
-//    (bench/NOTES.md): the fp32 read-modify-write epilogue favours the smaller tile. No 256 x 128 candidate: the first.
+//  - A product into an fp32 D (fused linear + CE's dW, written over the first token chunk and added into, beta = 1,
+//    over the rest) takes the first candidate with 256 x 128 tiles. On the H200, at 16384 x 4096 x 128256 in
+//    5462-token chunks, the heuristic's first pick (320 x 128 tiles) took 8.36-8.63 ms per chunk, its third (256 x 128)
+//    8.21-8.31 ms, in the same passes (bench/NOTES.md): the 8-byte fp32 epilogue favours the smaller tile. No
+//    256 x 128 candidate: the first.
 int choose(const Matmul& mm, const cublasLtMatmulHeuristicResult_t* results, int found) {
   const int forced = algo_index(mm.trans_a, mm.trans_b);
   if (forced >= 0) return std::min(forced, found - 1);  // its last when it has fewer
-  if (mm.accumulate && mm.d == DType::kFloat32)
+  if (mm.d == DType::kFloat32 && mm.ab != DType::kFloat32)
     for (int i = 0; i < found; ++i)
       if (tile_of(results[i].algo) == CUBLASLT_MATMUL_TILE_256x128) return i;
   return 0;
