@@ -1,13 +1,11 @@
 """Times each cross entropy row kernel variant in one process (the test-only selector overrides TIGON_CE_KERNEL):
 the forward with the gradient written over the logits (the backward is a scale skipped for grad_output 1), bf16,
 against the bytes of one read and one write of the logits. Also for Nsight Compute:
-`ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster l2 classic`.
+`ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster walk classic`.
 
     python3 scripts/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [--loss-only] [variant ...]
-Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, pipe (persistent, two buffers; the
-launcher's size), pipe2, pipe4, pipe8, walk (persistent, one buffer), walk2, walk4, walk8, regs (the row in
-registers over a cluster), regs1, regs2, regs4, regs8, regswalk (the same, persistent), regswalk1 ... regswalk8, l2,
-classic; "-poly" after a cluster, pipe or walk name (2 of 8 gradient exponentials on the FMA pipes, bf16).
+Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, walk (the cluster kernel run
+persistently; the launcher's size), walk1, walk2, walk4, walk8, classic.
 --loss-only times the forward without a gradient (one read of the logits; the bytes are those of the read).
 """
 import argparse
@@ -29,8 +27,7 @@ ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
 ap.add_argument("variants", nargs="*",
-                default=["cluster", "walk", "walk-poly", "walk4", "regs", "regswalk", "regs8", "cluster8", "pipe", "l2",
-                         "classic"])
+                default=["cluster", "walk", "walk4", "cluster8", "classic"])
 args = ap.parse_args()
 
 M, V = map(int, args.shape.split("x"))

@@ -1,6 +1,6 @@
 // Hopper (sm_90) memory helpers in inline PTX: the bulk copy engine (global -> shared, completion counted on an
-// mbarrier) and 16-byte global loads and stores with an L2 eviction-priority hint. Kernels that read a row once into
-// shared memory, or re-read it from L2, use these; everything else keeps the plain loads of cuda_types.cuh.
+// mbarrier) with an L2 eviction-priority hint. Kernels that read a row once into shared memory use these; everything
+// else keeps the plain loads of cuda_types.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,15 +42,10 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// L2 policies: evict_first for bytes read for the last time, evict_last for bytes that will be read again soon.
+// The L2 policy for bytes read for the last time: evict them first.
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t l2_evict_last() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
   return p;
 }
 
@@ -63,24 +58,6 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
           "r"(smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
       : "memory");
-}
-
-// One 16-byte global load with an L2 policy. The "memory" clobber keeps it on its side of block barriers: the
-// gradient may be written over these very bytes.
-__device__ __forceinline__ uint4 load16_hint(const void* p, uint64_t policy) {
-  uint4 u;
-  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-               : "l"(p), "l"(policy)
-               : "memory");
-  return u;
-}
-
-// One 16-byte global store with an L2 policy.
-__device__ __forceinline__ void store16_hint(void* p, const uint4& u, uint64_t policy) {
-  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(u.x), "r"(u.y), "r"(u.z),
-               "r"(u.w), "l"(policy)
-               : "memory");
 }
 
 }  // namespace tigon::cuda

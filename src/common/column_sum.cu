@@ -2,7 +2,6 @@
 
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
-#include "common/env.h"
 
 namespace tigon::cuda {
 namespace {
@@ -42,67 +41,12 @@ __global__ void column_sum_kernel(Sum a, Sum b, int64_t rows, int64_t cols) {
   }
 }
 
-// The wide form (TIGON_COLUMN_SUM=wide, opt-in until timed): blockDim = (8 threads of 4 columns each, kWideRows row
-// slices), 16-byte loads, four independent sums per thread, so each thread has 64 bytes in flight where the scalar
-// form has one 4-byte load in a dependent chain (RMSNorm's 528 x 4096 partials: 5.4 us, ~1.6 TB/s). The slices are
-// then added by a fixed tree: still the same bits every run (not the scalar form's bits: another order).
-constexpr int kWideRows = 64;
-
-__device__ __forceinline__ float4 add4(float4 x, float4 y) {
-  return make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-}
-
-__global__ void __launch_bounds__(8 * kWideRows) column_sum_wide_kernel(Sum a, Sum b, int64_t rows, int64_t cols) {
-  __shared__ float4 sums[kWideRows][8];  // a warp writes 4 consecutive 128-byte rows: no bank conflicts
-  const bool second = blockIdx.y != 0;
-  const float* partial = second ? b.partial : a.partial;
-  const int64_t c = (int64_t(blockIdx.x) * 8 + threadIdx.x) * 4;  // cols % 4 == 0 (the launcher checks)
-  const int y = int(threadIdx.y);
-  float4 s[4] = {};
-  if (c < cols) {
-    const auto at = [&](int64_t r) { return *reinterpret_cast<const float4*>(partial + r * cols + c); };
-    int64_t r = y;
-    for (; r + 3 * kWideRows < rows; r += 4 * kWideRows) {
-      const float4 v0 = at(r), v1 = at(r + kWideRows), v2 = at(r + 2 * kWideRows), v3 = at(r + 3 * kWideRows);
-      s[0] = add4(s[0], v0);
-      s[1] = add4(s[1], v1);
-      s[2] = add4(s[2], v2);
-      s[3] = add4(s[3], v3);
-    }
-    for (; r < rows; r += kWideRows) s[0] = add4(s[0], at(r));
-  }
-  sums[y][threadIdx.x] = add4(add4(s[0], s[1]), add4(s[2], s[3]));
-  for (int half = kWideRows / 2; half > 0; half /= 2) {  // the fixed tree
-    __syncthreads();
-    if (y < half) sums[y][threadIdx.x] = add4(sums[y][threadIdx.x], sums[y + half][threadIdx.x]);
-  }
-  if (y == 0 && c < cols) {
-    const float4 t = sums[0][threadIdx.x];
-    void* out = second ? b.out : a.out;
-    const DType dtype = second ? b.dtype : a.dtype;
-    store_as(out, dtype, c, t.x);
-    store_as(out, dtype, c + 1, t.y);
-    store_as(out, dtype, c + 2, t.z);
-    store_as(out, dtype, c + 3, t.w);
-  }
-}
-
-bool wide_asked() {
-  static const bool on = env_is("TIGON_COLUMN_SUM", "wide");
-  return on;
-}
-
 void launch(const Sum& a, const Sum& b, unsigned sums, int64_t rows, int64_t cols, cudaStream_t stream) {
   for (const Sum* s : {&a, &b})
     if (s->dtype != DType::kFloat32 && s->dtype != DType::kFloat16 && s->dtype != DType::kBFloat16)
       fail(TIGON_ERROR_INTERNAL, "unexpected dtype ", dtype_name(s->dtype));
-  if (wide_asked() && cols % 4 == 0 && aligned16(a.partial) && aligned16(b.partial)) {
-    const dim3 block(8, kWideRows), grid(unsigned((cols + 31) / 32), sums);
-    column_sum_wide_kernel<<<grid, block, 0, stream>>>(a, b, rows, cols);
-  } else {
-    const dim3 block(32, kRows), grid(unsigned((cols + 31) / 32), sums);
-    column_sum_kernel<<<grid, block, 0, stream>>>(a, b, rows, cols);
-  }
+  const dim3 block(32, kRows), grid(unsigned((cols + 31) / 32), sums);
+  column_sum_kernel<<<grid, block, 0, stream>>>(a, b, rows, cols);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 

@@ -155,21 +155,6 @@ __device__ __forceinline__ float rcp_fast(float x) {
   return y;
 }
 
-// 2^x on the FMA pipes (no SFU instruction): x = n + f with n = round(x) and |f| <= 1/2, 2^f by a degree-3 polynomial
-// (relative error 7.5e-5 = 2^-13.7 at most, fitted for it: below the rounding of a bf16 result) times 2^n built in the
-// exponent bits. ~8 instructions where ex2.approx is one, but on pipes with 8x the SFU's throughput: code bound by the
-// SFU computes a share of its exponentials here. x below -125 gives 0 (as ex2.approx.ftz does below -126), NaN stays
-// NaN (the product carries it); x must stay below 128.
-__device__ __forceinline__ float exp2_poly(float x) {
-  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: x + kRound holds round(x) in its low mantissa bits
-  const float t = x + kRound;
-  const float f = x - (t - kRound);
-  const float p = fmaf(fmaf(fmaf(0.05517150f, f, 0.24261096f), f, 0.69326097f), f, 0.99992806f);
-  // (bits(t) << 23) keeps round(x) << 23 (kRound's own bits shift out); + 127 << 23 makes it the float 2^round(x).
-  const float scale = __uint_as_float((__float_as_uint(t) << 23) + 0x3f800000u);
-  return x < -125.f ? 0.f : p * scale;
-}
-
 }  // namespace tigon::cuda
 
 // TIGON_SWITCH_FLOAT(dtype, T, ...): runs the body with T = float, __half or __nv_bfloat16.

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdlib>
-#include <cstring>
 
 namespace tigon {
 
@@ -11,12 +10,6 @@ namespace tigon {
 inline int env_int(const char* name) {
   const char* e = std::getenv(name);
   return e ? std::atoi(e) : 0;
-}
-
-// Whether a knob is set to exactly this word.
-inline bool env_is(const char* name, const char* word) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::strcmp(e, word) == 0;
 }
 
 }  // namespace tigon

@@ -87,10 +87,7 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 }
 
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
-// force the blocks per row), "pipe" (the persistent cluster kernel with two buffers; "pipe1" ... "pipe8"), "walk" (the
-// same with one buffer; "walk1" ... "walk8"), "regs" (the row in registers over a cluster; "regs1" ... "regs8"),
-// "regswalk" (the same, persistent; "regswalk1" ... "regswalk8"), "l2" or "classic"; "-poly" after a cluster, pipe or
-// walk name moves 2 of 8 exponentials of plain bf16 gradients to the FMA pipes.
+// force the blocks per row), "walk" (the cluster kernel run persistently; "walk1" ... "walk8") or "classic".
 // See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
   const auto sized = [&](const char* prefix, RowKernel kind) {
@@ -99,18 +96,15 @@ bool parse_choice(const char* name, KernelChoice* k) {
     const char* rest = name + n;
     int blocks = 0;
     if (*rest && std::strchr("1248", *rest)) blocks = *rest++ - '0';
-    const bool poly = std::strcmp(rest, "-poly") == 0;
-    if (*rest && !poly) return false;
-    *k = {kind, blocks, poly};
+    if (*rest) return false;
+    *k = {kind, blocks};
     return true;
   };
-  if (std::strcmp(name, "l2") == 0) *k = {RowKernel::kL2, 0};
-  else if (std::strcmp(name, "classic") == 0) *k = {RowKernel::kClassic, 0};
-  else
-    return sized("cluster", RowKernel::kCluster) || sized("pipe", RowKernel::kPipe) ||
-           sized("walk", RowKernel::kWalk) || (sized("regs", RowKernel::kRegs) && !k->poly) ||
-           (sized("regswalk", RowKernel::kRegsWalk) && !k->poly);
-  return true;
+  if (std::strcmp(name, "classic") == 0) {
+    *k = {RowKernel::kClassic, 0};
+    return true;
+  }
+  return sized("cluster", RowKernel::kCluster) || sized("walk", RowKernel::kWalk);
 }
 
 KernelChoice env_choice() {
@@ -118,13 +112,11 @@ KernelChoice env_choice() {
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
-         "cluster4, cluster8, pipe, pipe1, pipe2, pipe4, pipe8, walk, walk1, walk2, walk4, walk8 (each with -poly or ",
-         "not), regs, regs1, regs2, regs4, regs8, regswalk, regswalk1, regswalk2, regswalk4, regswalk8, l2, ",
-         "classic");
+         "cluster4, cluster8, walk, walk1, walk2, walk4, walk8, classic");
   return k;
 }
 
-// A test's override (tigon_testing_cross_entropy_kernel), encoded as (kind * 16 + cluster) * 2 + poly; -1: none.
+// A test's override (tigon_testing_cross_entropy_kernel), encoded as kind * 16 + cluster; -1: none.
 std::atomic<int> g_override{-1};
 thread_local const char* g_last_kernel = "";
 
@@ -136,7 +128,7 @@ bool rows_aligned(const RowMatrix& m) {
 
 KernelChoice row_kernel_choice() {
   const int o = g_override.load(std::memory_order_relaxed);
-  if (o >= 0) return KernelChoice{RowKernel(o / 32), o / 2 % 16, o % 2 == 1};
+  if (o >= 0) return KernelChoice{RowKernel(o / 16), o % 16};
   static const KernelChoice env = env_choice();  // read once, at the first launch
   return env;
 }
@@ -211,7 +203,7 @@ tigon_status_t tigon_testing_cross_entropy_kernel(const char* name) {
     using namespace tigon::cross_entropy;
     KernelChoice k;
     if (name && !parse_choice(name, &k)) tigon::fail_arg("name", "is not a cross entropy kernel: ", name);
-    g_override.store(name ? (int(k.kind) * 16 + k.cluster) * 2 + int(k.poly) : -1);
+    g_override.store(name ? int(k.kind) * 16 + k.cluster : -1);
   });
 }
 

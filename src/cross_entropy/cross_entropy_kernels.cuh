@@ -1,7 +1,7 @@
 // Cross entropy: the per-row math every row kernel shares (online statistics over groups of 16-byte vectors, the
-// row's outputs, the gradient of a vector) and the row kernels that read the row twice: `classic` (one block per row)
-// and `l2` (a persistent block per SM, the second read from L2). cross_entropy_resident.cuh has the cluster kernel,
-// which reads a row from DRAM once. All math in fp32, 64-bit offsets, no atomics.
+// row's outputs, the gradient of a vector) and the `classic` row kernel, one block per row, which reads the row twice
+// (the fallback for rows the cluster kernel cannot take). cross_entropy_resident.cuh has the cluster kernel, which
+// reads a row from DRAM once. All math in fp32, 64-bit offsets, no atomics.
 //
 // Per-element work is the compute (1.05 G elements per pass at 8192 x 128256; the SFU's 16 ex2 per SM cycle alone
 // take ~0.27 ms a pass on an H200), so the hot loops keep to: the bf16 unpack (a shift or a mask), the exponent (one
@@ -18,7 +18,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
 
@@ -28,7 +27,6 @@ using cuda::from_f;
 using cuda::to_f;
 
 constexpr int kMaxThreads = 512;  // classic
-constexpr int kL2Threads = 1024;  // l2: one block per SM
 
 // Compile-time options of a row kernel; the plain case (0) carries none of their per-element work. The z-loss and
 // class weights without smoothing change only per-row coefficients and need no option.
@@ -269,19 +267,15 @@ struct GradCoef {
   int64_t t;
 };
 
-// poly: the exponential on the FMA pipes (cuda::exp2_poly, 2^-13.7) instead of the SFU: for a share of a vector's
-// elements when the gradient is bf16 (see grad_vec).
 template <int O, bool kFold>
-__device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, const GradCoef& k, const RowArgs& a,
-                                           bool poly = false) {
+__device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, const GradCoef& k, const RowArgs& a) {
   float xc = x, dcap = 1.f;
   if constexpr ((O & kCap) != 0) {
     const float th = tanhf(x * a.inv_softcap);
     xc = a.softcap * th;
     dcap = 1.f - th * th;
   }
-  const float y = fmaf(xc, kLog2e, k.c);
-  float g = poly ? cuda::exp2_poly(y) : exp2_fast(y);
+  float g = exp2_fast(fmaf(xc, kLog2e, k.c));
   if constexpr (!kFold) g *= k.a;
   if constexpr ((O & kSmooth) != 0) g -= k.b * weight_of(a, c);
   if (target) g -= k.d;
@@ -290,15 +284,12 @@ __device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, cons
 }
 
 // The gradient of the vector at columns [c0, c0 + V), packed. The target's term is not here: fix_target adds it.
-// The first P elements take their exponential from the FMA pipes: the plain gradient pass is bound by the SFU's 16 ex2
-// per SM cycle (one per element) while its ~4 other instructions per element leave the issue slots half idle, so
-// moving 2 of 8 (bf16) to an ~8-instruction polynomial balances the two (bench/NOTES.md, cross entropy).
-template <class T, int O, bool kFold, int P = 0>
+template <class T, int O, bool kFold>
 __device__ __forceinline__ uint4 grad_vec(const uint4& u, int64_t c0, const GradCoef& k, const RowArgs& a) {
   float x[kVec<T>], g[kVec<T>];
   unpack<T>(u, x);
 #pragma unroll
-  for (int e = 0; e < kVec<T>; ++e) g[e] = grad_elem<O, kFold>(x[e], c0 + e, false, k, a, e < P);
+  for (int e = 0; e < kVec<T>; ++e) g[e] = grad_elem<O, kFold>(x[e], c0 + e, false, k, a);
   return cuda::pack16<T>(g);
 }
 
@@ -328,8 +319,8 @@ __device__ __forceinline__ void stats_pass(RowStats& st, uint32_t first, uint32_
   }
 }
 
-// Pass 2 over the same vectors: store(k, gradient of vector k); P as in grad_vec.
-template <class T, int O, bool kFold, int U, int P = 0, class Load, class Store>
+// Pass 2 over the same vectors: store(k, gradient of vector k).
+template <class T, int O, bool kFold, int U, class Load, class Store>
 __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, uint32_t end, uint32_t step,
                                           const RowArgs& a, Load load, Store store) {
   constexpr int V = kVec<T>;
@@ -340,9 +331,9 @@ __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, ui
     for (int j = 0; j < U; ++j) u[j] = load(k + j * step);
 #pragma unroll
     for (int j = 0; j < U; ++j)
-      store(k + j * step, grad_vec<T, O, kFold, P>(u[j], int64_t(k + j * step) * V, kc, a));
+      store(k + j * step, grad_vec<T, O, kFold>(u[j], int64_t(k + j * step) * V, kc, a));
   }
-  for (; k < end; k += step) store(k, grad_vec<T, O, kFold, P>(load(k), int64_t(k) * V, kc, a));
+  for (; k < end; k += step) store(k, grad_vec<T, O, kFold>(load(k), int64_t(k) * V, kc, a));
 }
 
 // The row's loss terms from its merged statistics (written when `writer`) and its gradient's coefficients. xt: the
@@ -392,18 +383,14 @@ __device__ __forceinline__ void with_fold(const GradCoef& k, F f) {
     f(std::false_type());
 }
 
-// A row of 16-byte aligned vectors per block iteration (grid-stride over rows), U vectors in flight per thread.
-// classic: plain loads and stores, pass 2 re-reads the row from wherever it is (L2 or DRAM). l2 (kL2): pass 1 marks the
-// row evict-last in L2, pass 2 re-reads it evict-first and stores evict-first (132 rows of 250 KB in flight are 33 MB,
-// well inside the 60 MB L2).
-template <class T, int O, bool kL2>
-__device__ __forceinline__ void vec_rows(const RowArgs& a) {
-  constexpr int V = kVec<T>, U = kL2 && (O & kCap) ? 2 : 4;  // tanhf needs the registers of 1024-thread blocks
-  __shared__ RowStats smem[kL2Threads / 32];
+// A row of 16-byte aligned vectors per block iteration (grid-stride over rows), U vectors in flight per thread; pass 2
+// re-reads the row from wherever it is (L2 or DRAM).
+template <class T, int O>
+__global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
+  constexpr int V = kVec<T>, U = 4;
+  __shared__ RowStats smem[kMaxThreads / 32];
   const uint32_t nvec = uint32_t(a.cols / V), tid = threadIdx.x, step = blockDim.x;
   const int64_t tail0 = int64_t(nvec) * V;
-  uint64_t keep = 0, drop = 0;
-  if constexpr (kL2) keep = cuda::l2_evict_last(), drop = cuda::l2_evict_first();
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
@@ -423,11 +410,8 @@ __device__ __forceinline__ void vec_rows(const RowArgs& a) {
     const float xr = in_range ? to_f<T>(x[t]) : NAN;
 
     RowStats st;
-    const auto load1 = [&](uint32_t k) {
-      if constexpr (kL2) return cuda::load16_hint(xv + k, keep);
-      else return xv[k];
-    };
-    stats_pass<T, O, U>(st, tid, nvec, step, a, load1);
+    const auto load = [&](uint32_t k) { return xv[k]; };
+    stats_pass<T, O, U>(st, tid, nvec, step, a, load);
     resolve_arg<T, U>(st, int64_t(step) * V, int64_t(tid) * V, tail0, [&](int64_t c) { return xv[c / V]; });
     for (int64_t c = tail0 + tid; c < a.cols; c += step) accumulate1<O>(st, to_f<T>(x[c]), c, a);
     st = block_merge(st, smem);
@@ -436,31 +420,11 @@ __device__ __forceinline__ void vec_rows(const RowArgs& a) {
 
     with_fold(k, [&](auto fold) {
       constexpr bool F = decltype(fold)::value;
-      const auto load2 = [&](uint32_t i) {
-        if constexpr (kL2) return cuda::load16_hint(xv + i, drop);
-        else return xv[i];
-      };
-      const auto store = [&](uint32_t i, const uint4& g) {
-        if constexpr (kL2)
-          cuda::store16_hint(gv + i, g, drop);
-        else
-          __stcg(gv + i, g);
-      };
-      grad_pass<T, O, F, U>(k, tid, nvec, step, a, load2, store);
+      grad_pass<T, O, F, U>(k, tid, nvec, step, a, load, [&](uint32_t i, const uint4& g) { __stcg(gv + i, g); });
       for (int64_t c = tail0 + tid; c < a.cols; c += step) grad[c] = from_f<T>(grad_elem<O, F>(to_f<T>(x[c]), c, c == t, k, a));
       if (in_range && t < tail0 && uint32_t(t / V) % step == tid) fix_target<T, O, F>(grad, xr, k, a);
     });
   }
-}
-
-template <class T, int O>
-__global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
-  vec_rows<T, O, false>(a);
-}
-
-template <class T, int O>
-__global__ void __launch_bounds__(kL2Threads, 1) l2_rows_kernel(RowArgs a) {
-  vec_rows<T, O, true>(a);
 }
 
 // Rows that are not 16-byte aligned: element by element, the same math.

@@ -13,10 +13,8 @@
 
 #include "common/cuda_check.h"
 #include "common/env.h"
-#include "common/occupancy.h"
 #include "cross_entropy/cross_entropy_kernels.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
-#include "cross_entropy/cross_entropy_regs.cuh"
 #include "cross_entropy/cross_entropy_resident.cuh"
 
 namespace tigon::cross_entropy {
@@ -31,7 +29,7 @@ inline int row_threads(int64_t cols, int per_vec) {
 
 // What the launchers need to know about the current device, asked once per device.
 struct DeviceLimits {
-  int sms = 0, smem_block = 0, smem_sm = 0;  // multiprocessors; opt-in shared memory per block and per SM (bytes)
+  int smem_block = 0, smem_sm = 0;  // opt-in shared memory per block and per SM (bytes)
 };
 inline DeviceLimits device_limits() {
   static std::mutex mu;
@@ -41,37 +39,35 @@ inline DeviceLimits device_limits() {
   std::lock_guard<std::mutex> lock(mu);
   if (dev >= int(cache.size())) cache.resize(dev + 1);
   DeviceLimits& d = cache[dev];
-  if (d.sms == 0) {
+  if (d.smem_block == 0) {
     TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
   }
   return d;
 }
 
-// The cluster kernel's split of a row of nvec 16-byte vectors into `stages` buffers per block. By default the fewest
-// blocks whose buffers leave room for two blocks per SM (one loads while another writes; bf16 x 128256: one buffer
-// in 4 blocks of 62.6 KB, three per SM; two buffers in 8 blocks of 2 x 31.3 KB, three per SM), else the fewest that
-// fit at all; `forced` (1, 2, 4, 8) asks for a size, if it fits. csize 0: the row does not fit in 8 blocks.
+// The cluster kernel's split of a row of nvec 16-byte vectors over its blocks, one buffer each. By default the fewest
+// blocks whose buffers leave room for two blocks per SM (one loads while another writes; bf16 x 128256: 4 blocks of
+// 62.6 KB, three per SM), else the fewest that fit at all; `forced` (1, 2, 4, 8) asks for a size, if it fits. csize 0:
+// the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
-  size_t smem = 0;          // dynamic shared memory: the buffers
-  bool persistent = false;  // as many clusters as are resident, each walking rows (pipe, walk)
+  size_t smem = 0;          // dynamic shared memory: the buffer
+  bool persistent = false;  // walk: as many clusters as are resident, each walking rows
   kern::SliceShape sh;
 };
-constexpr int kStaticSmemReserve = 1536;  // the kernel's static shared memory (1216 B: barriers, statistics)
+constexpr int kStaticSmemReserve = 1536;  // the kernel's static shared memory (1088 B: barriers, statistics)
 
-inline ClusterPlan cluster_plan(int64_t nvec, int forced, int stages, const DeviceLimits& d) {
+inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d) {
   const int64_t fit = d.smem_block - kStaticSmemReserve;
   const int64_t two_per_sm = d.smem_sm / 2 - 2 * kStaticSmemReserve;  // 1 KB per block is the system's
   ClusterPlan p;
   for (int pass = forced ? 0 : 1; pass < 3 && p.csize == 0; ++pass)  // a forced size that does not fit: as if unforced
     for (int c = 1; c <= kern::kMaxCluster && p.csize == 0; c *= 2) {
-      const int64_t bytes = (nvec + c - 1) / c * 16 * stages;
+      const int64_t bytes = (nvec + c - 1) / c * 16;
       if (pass == 0 ? c == forced && bytes <= fit : bytes <= (pass == 1 ? two_per_sm : fit)) p.csize = c;
     }
   if (p.csize == 0) return p;
-  p.sh.stages = stages;
   p.sh.slice_vecs = std::max<int64_t>(1, (nvec + p.csize - 1) / p.csize);
   // ~8 or more vectors per thread: enough work per thread to pay for the block, whole warps.
   p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs + 255) / 256 * 32, 32, kern::kClusterThreads));
@@ -79,7 +75,7 @@ inline ClusterPlan cluster_plan(int64_t nvec, int forced, int stages, const Devi
   const int64_t group = int64_t(p.threads) * kern::kClusterUnroll;
   const int64_t pieces = std::clamp<int64_t>((p.sh.slice_vecs + group - 1) / group, 1, kern::kMaxPieces);
   p.sh.piece_vecs = ((p.sh.slice_vecs + pieces - 1) / pieces + group - 1) / group * group;  // rounding up: <= pieces
-  p.smem = size_t(p.sh.slice_vecs) * 16 * stages;
+  p.smem = size_t(p.sh.slice_vecs) * 16;
   return p;
 }
 
@@ -123,11 +119,9 @@ inline int walk_skew_ns() {
 // each walking rows. False (and nothing launched, no error left behind) when the cluster cannot be
 // placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, int O>
-bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, bool poly, cudaStream_t stream) {
+bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
-  auto kernel = kern::cluster_rows_kernel<T, O, 0>;
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && O == 0)  // the plain bf16 gradient: the SFU-bound case
-    if (poly) kernel = kern::cluster_rows_kernel<T, O, 2>;
+  const auto kernel = kern::cluster_rows_kernel<T, O>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
@@ -145,59 +139,14 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   cfg.numAttrs = 1;
   const int resident = active_clusters(key, cfg, dev);
   if (resident == 0) return false;
-  if (p.persistent) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
   kern::SliceShape sh = p.sh;
-  if (p.persistent && sh.stages == 1) sh.skew_ns = walk_skew_ns();
+  if (p.persistent) {
+    cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
+    sh.skew_ns = walk_skew_ns();
+  }
   if (cudaLaunchKernelEx(&cfg, kernel, a, sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
-}
-
-// The register kernel: the fewest blocks per row (a power of two up to 8, or `forced` when it holds the row) whose
-// slices fit kRegsVecs vectors per thread of kRegsThreads; one cluster per row, or (walk) as many as are resident.
-// The name it ran as ("regs4", "regswalk4"), or nullptr when the row is too long for it or the cluster cannot be
-// placed (nothing launched, no error left behind).
-template <class T, int O>
-const char* launch_regs(const RowArgs& a, int forced, bool walk, cudaStream_t stream) {
-  const int64_t nvec = a.cols / kern::kVec<T>, per_block = int64_t(kern::kRegsThreads) * kern::kRegsVecs;
-  int csize = 0;
-  if (forced > 0 && nvec <= forced * per_block) csize = forced;
-  for (int c = 1; c <= kern::kMaxCluster && csize == 0; c *= 2)
-    if (nvec <= c * per_block) csize = c;
-  if (csize == 0 || a.rows > INT_MAX / csize) return nullptr;
-  const int64_t slice = std::max<int64_t>(1, (nvec + csize - 1) / csize);
-  const auto kernel = kern::regs_rows_kernel<T, O>;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(csize);
-  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(a.rows * csize));
-  const int64_t threads = (slice + kern::kRegsVecs - 1) / kern::kRegsVecs;
-  cfg.blockDim = dim3(unsigned(std::clamp<int64_t>((threads + 31) / 32 * 32, 32, kern::kRegsThreads)));
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int dev = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
-  const int resident = active_clusters(reinterpret_cast<const void*>(kernel), cfg, dev);
-  if (resident == 0) return nullptr;
-  if (walk) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * csize));
-  if (cudaLaunchKernelEx(&cfg, kernel, a, slice) != cudaSuccess) {
-    (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
-    return nullptr;
-  }
-  static const char* const names[2][9] = {{"", "regs1", "regs2", "", "regs4", "", "", "", "regs8"},
-                                          {"", "regswalk1", "regswalk2", "", "regswalk4", "", "", "", "regswalk8"}};
-  return names[walk][csize];
-}
-
-template <class T, int O>
-void launch_l2(const RowArgs& a, const DeviceLimits& d, cudaStream_t stream) {
-  const auto kernel = kern::l2_rows_kernel<T, O>;
-  const int64_t resident = int64_t(d.sms) * cuda::resident_blocks(kernel, kern::kL2Threads);
-  kernel<<<unsigned(std::min<int64_t>(a.rows, resident)), kern::kL2Threads, 0, stream>>>(a);
-  TIGON_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, int O>
@@ -221,17 +170,11 @@ void with_options(const RowArgs& a, F f) {
   }
 }
 
-// The name of a cluster kernel run, as tests and the profiler see it: "cluster4", "pipe8", "pipe8-poly" (poly: the
-// polynomial exponentials were asked for, and apply where the gradient is plain bf16).
-inline const char* cluster_name(RowKernel mode, int csize, bool poly) {
-  static const char* const names[2][3][9] = {
-      {{"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"},
-       {"", "pipe1", "pipe2", "", "pipe4", "", "", "", "pipe8"},
-       {"", "walk1", "walk2", "", "walk4", "", "", "", "walk8"}},
-      {{"", "cluster1-poly", "cluster2-poly", "", "cluster4-poly", "", "", "", "cluster8-poly"},
-       {"", "pipe1-poly", "pipe2-poly", "", "pipe4-poly", "", "", "", "pipe8-poly"},
-       {"", "walk1-poly", "walk2-poly", "", "walk4-poly", "", "", "", "walk8-poly"}}};
-  return names[poly][mode == RowKernel::kPipe ? 1 : mode == RowKernel::kWalk ? 2 : 0][csize];
+// The name of a cluster kernel run, as tests and the profiler see it: "cluster4", "walk8".
+inline const char* cluster_name(bool walk, int csize) {
+  static const char* const names[2][9] = {{"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"},
+                                          {"", "walk1", "walk2", "", "walk4", "", "", "", "walk8"}};
+  return names[walk][csize];
 }
 
 template <class T>
@@ -242,44 +185,28 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
-    if (vec && (k.kind == RowKernel::kRegs || k.kind == RowKernel::kRegsWalk)) {
-      if (const char* name = launch_regs<T, O>(a, k.cluster, k.kind == RowKernel::kRegsWalk, stream)) {
-        ran = name;
-        return;
-      }
-      k = KernelChoice{};  // a row too long for it: the cluster kernel, at the launcher's size
-    }
-    if (vec && (k.kind == RowKernel::kCluster || k.kind == RowKernel::kPipe || k.kind == RowKernel::kWalk)) {
-      // The planned size first, then any other that fits (pipe: then as the one-buffer cluster kernel); never a
-      // launch error for the choice of size.
+    if (vec && k.kind != RowKernel::kClassic) {
+      // The planned size first, then any other that fits; never a launch error for the choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
-      for (int stages = k.kind == RowKernel::kPipe ? 2 : 1; stages >= 1; --stages) {
-        const RowKernel mode =
-            stages == 2 ? RowKernel::kPipe : k.kind == RowKernel::kWalk ? RowKernel::kWalk : RowKernel::kCluster;
-        const auto plan = [&](int forced) {
-          ClusterPlan p = cluster_plan(nvec, forced, stages, d);
-          p.persistent = mode != RowKernel::kCluster;
-          return p;
-        };
-        const ClusterPlan first = plan(k.cluster);
-        if (launch_cluster<T, O>(a, first, d, k.poly, stream)) {
-          ran = cluster_name(mode, first.csize, k.poly);
+      const bool walk = k.kind == RowKernel::kWalk;
+      const auto plan = [&](int forced) {
+        ClusterPlan p = cluster_plan(nvec, forced, d);
+        p.persistent = walk;
+        return p;
+      };
+      const ClusterPlan first = plan(k.cluster);
+      if (launch_cluster<T, O>(a, first, d, stream)) {
+        ran = cluster_name(walk, first.csize);
+        return;
+      }
+      for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
+        const ClusterPlan p = plan(c);
+        if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream)) {
+          ran = cluster_name(walk, c);
           return;
         }
-        for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
-          const ClusterPlan p = plan(c);
-          if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, k.poly, stream)) {
-            ran = cluster_name(mode, c, k.poly);
-            return;
-          }
-        }
       }
-    }
-    if (vec && k.kind == RowKernel::kL2) {
-      launch_l2<T, O>(a, device_limits(), stream);
-      ran = "l2";
-      return;
     }
     launch_classic<T, O>(a, vec, stream);
   });

@@ -37,17 +37,13 @@ struct ScaleArgs {
   int64_t go_stride = 0;  // 0: one scale for every row
 };
 
-// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster, pipe, walk and l2 need
-// vec; a variant that cannot take the rows runs the classic kernel instead (pipe: first the cluster kernel). pipe and
-// walk run the cluster kernel persistently (as many clusters as are resident, each walking rows), pipe with two
-// buffers per block, walk with one.
-// regs: the row split over a cluster as well, held in registers (cross_entropy_regs.cuh), one cluster per row or
-// (regswalk) persistent; rows too long for it run the cluster kernel.
-enum class RowKernel { kCluster, kL2, kClassic, kPipe, kWalk, kRegs, kRegsWalk };
+// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster and walk need vec; rows
+// they cannot take run the classic kernel instead. walk runs the cluster kernel persistently (as many clusters as are
+// resident, each walking rows).
+enum class RowKernel { kCluster, kWalk, kClassic };
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;    // kCluster, kPipe, kWalk, kRegs, kRegsWalk: blocks per row (1, 2, 4, 8), 0: the launcher's
-  bool poly = false;  // kCluster, kPipe, kWalk ("-poly"): bf16 gradients take 2 of 8 exponentials from the FMA pipes
+  int cluster = 0;  // kCluster, kWalk: blocks per row (1, 2, 4, 8), 0: the launcher's
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();
@@ -55,7 +51,7 @@ KernelChoice row_kernel_choice();
 // vec: 16-byte loads and stores (rows 16-byte aligned); otherwise element by element. Runs row_kernel_choice().
 template <class T>
 void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream);
-// The same with an explicit variant; returns the name of the kernel that ran ("cluster4", "l2", "classic").
+// The same with an explicit variant; returns the name of the kernel that ran ("cluster4", "walk8", "classic").
 template <class T>
 const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream);
 template <class T>

@@ -5,14 +5,13 @@
 // the rest; the blocks exchange their partial statistics through distributed shared memory, then write the gradient
 // from shared memory.
 //
-// Three ways to run it (SliceShape::stages, the launcher's grid):
-// - `cluster`: one cluster per row, one buffer. With ~63 KB slices three blocks share an SM and their phases
-//   (loading, writing) overlap, as far as the block scheduler staggers them.
-// - `pipe`: as many clusters as are resident, each walking rows with a stride, two buffers per block: the next row's
-//   copy is in flight while this row's statistics and gradient are computed, so every SM always has bytes coming.
-// - `walk`: as many clusters as are resident, each walking rows, one buffer (the launcher's grid; stages 1): no
-//   cluster is launched after the first wave, so an SM's slots are never left empty waiting for a cluster's worth of
-//   free slots in one GPC; the blocks sharing an SM overlap one another's copies as in `cluster`.
+// Two ways to run it (the launcher's grid):
+// - `cluster`: one cluster per row. With ~63 KB slices three blocks share an SM and their phases (loading, writing)
+//   overlap, as far as the block scheduler staggers them.
+// - `walk`: as many clusters as are resident, each walking rows with a stride, its one buffer copied again for the
+//   next row once this row's gradient is written: no cluster is launched after the first wave, so an SM's slots are
+//   never left empty waiting for a cluster's worth of free slots in one GPC; the blocks sharing an SM overlap one
+//   another's copies as in `cluster`.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -26,14 +25,12 @@ constexpr int kClusterThreads = 256;
 constexpr int kClusterUnroll = 4;  // vectors per group; a piece is a whole number of groups per thread
 constexpr int kMaxCluster = 8;    // the portable maximum
 constexpr int kMaxPieces = 16;
-constexpr int kMaxStages = 2;
 
-// How a row is split (in 16-byte vectors): block `rank` holds [rank * slice_vecs, +slice_vecs), copied in pieces,
-// into each of `stages` buffers (rows i, i + 1, ... of the block's walk, buffer i % stages).
+// How a row is split (in 16-byte vectors): block `rank` holds [rank * slice_vecs, +slice_vecs) in its buffer, copied
+// in pieces.
 struct SliceShape {
   int64_t slice_vecs = 0;
   int64_t piece_vecs = 1;
-  int stages = 1;
   // walk (TIGON_CE_WALK_SKEW_NS, opt-in until timed): cluster c sleeps (c % 3) * skew_ns before its first copy, so the
   // three blocks an SM holds need not load, compute and store in step (they start together and each row takes them
   // the same time: if they stay in step, an SM's memory idles while all three compute).
@@ -72,12 +69,11 @@ __device__ __forceinline__ float accumulate_tail(RowStats& st, const T* x, int64
   return v;
 }
 
-// P: elements per vector whose gradient exponential comes from the FMA pipes (grad_vec; 0: none).
-template <class T, int O, int P>
+template <class T, int O>
 __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArgs a, SliceShape sh) {
   constexpr int V = kVec<T>, U = kClusterUnroll;
-  extern __shared__ uint4 slices[];                  // stages buffers of slice_vecs: this block's part of a row
-  __shared__ uint64_t bars[kMaxStages][kMaxPieces];  // one per buffer and piece, a phase per copy
+  extern __shared__ uint4 slice[];       // slice_vecs: this block's part of a row
+  __shared__ uint64_t bars[kMaxPieces];  // one per piece, a phase per copy
   __shared__ RowStats warp_stats[kClusterThreads / 32];
   __shared__ RowStats rank_stats[2][kMaxCluster];  // [exchange % 2][r]: block r's statistics, written by block r
 
@@ -91,37 +87,34 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   const int pieces = int((count + sh.piece_vecs - 1) / sh.piece_vecs);
 
   if (tid == 0) {
-    for (int b = 0; b < sh.stages; ++b)
-      for (int p = 0; p < pieces; ++p) cuda::mbar_init(&bars[b][p], 1);
+    for (int p = 0; p < pieces; ++p) cuda::mbar_init(&bars[p], 1);
     cuda::mbar_init_fence();
   }
   __syncthreads();
-  // Thread 0 starts every piece of a row's copy into buffer b at once: the whole slice is in flight while the
-  // statistics follow it. Ignored rows are not read (every thread skips their wait alike).
-  const auto copy_row = [&](int64_t row, int b) {
+  // Thread 0 starts every piece of a row's copy at once: the whole slice is in flight while the statistics follow
+  // it. Ignored rows are not read (every thread skips their wait alike).
+  const auto copy_row = [&](int64_t row) {
     if (tid != 0 || row >= a.rows || load_target(a, row) == a.ignore_index) return;
     const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
     const uint64_t policy = cuda::l2_evict_first();  // read once
     for (int p = 0; p < pieces; ++p) {
       const int64_t first = p * sh.piece_vecs;
       const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
-      cuda::mbar_arrive_expect_tx(&bars[b][p], bytes);
-      cuda::bulk_copy_g2s(slices + b * sh.slice_vecs + first, x + (v0 + first) * V, bytes, &bars[b][p], policy);
+      cuda::mbar_arrive_expect_tx(&bars[p], bytes);
+      cuda::bulk_copy_g2s(slice + first, x + (v0 + first) * V, bytes, &bars[p], policy);
     }
   };
   if (sh.skew_ns > 0) __nanosleep(unsigned(first_row % 3) * unsigned(sh.skew_ns));
-  for (int b = 0; b < sh.stages; ++b) copy_row(first_row + b * row_step, b);
+  copy_row(first_row);
   // Every block of the cluster must be running before another writes into its shared memory: arrive now, wait
   // before the first exchange, by when the wait costs nothing.
   __cluster_barrier_arrive_relaxed();
   bool cluster_ready = false;
-  uint32_t parity = 0;     // bit b: the phase of buffer b's barriers that the next copy into it completes
+  // The barriers' phase that the next copy completes: it flips with every row copied (an ignored row is not).
+  uint32_t parity = 0;
   uint32_t exchanges = 0;  // rank_stats slot: a block can be one exchange ahead of another, never two
 
-  int64_t i = 0;
-  for (int64_t row = first_row; row < a.rows; row += row_step, ++i) {
-    const int b = int(i % sh.stages);
-    const uint4* slice = slices + b * sh.slice_vecs;
+  for (int64_t row = first_row; row < a.rows; row += row_step) {
     const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
     T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
     uint4* gv = reinterpret_cast<uint4*>(grad);
@@ -142,12 +135,12 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       const auto from_slice = [&](uint32_t k) { return slice[k - uint32_t(v0)]; };
       RowStats st;
       for (int p = 0; p < pieces; ++p) {
-        cuda::mbar_wait(&bars[b][p], (parity >> b) & 1);
+        cuda::mbar_wait(&bars[p], parity);
         const int64_t first = v0 + p * sh.piece_vecs;
         stats_pass<T, O, U>(st, uint32_t(first + tid), uint32_t(min(v_end, first + sh.piece_vecs)), nthr, a,
                             from_slice);
       }
-      parity ^= 1u << b;
+      parity ^= 1;
       resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
                         [&](int64_t c) { return from_slice(uint32_t(c / V)); });
       const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
@@ -158,7 +151,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       if (grad) {
         with_fold(k, [&](auto fold) {
           constexpr bool F = decltype(fold)::value;
-          grad_pass<T, O, F, U, P>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
+          grad_pass<T, O, F, U>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
                                 [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); });
           if (tid < tail) {
             const int64_t c = nvec * V + tid;
@@ -170,10 +163,10 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
         });
       }
     }
-    if (row + sh.stages * row_step < a.rows) {
-      __syncthreads();  // every thread is done reading buffer b ...
+    if (row + row_step < a.rows) {
+      __syncthreads();  // every thread is done reading the buffer ...
       if (tid == 0) cuda::fence_proxy_async_shared();  // ... before the copy engine writes it again
-      copy_row(row + sh.stages * row_step, b);
+      copy_row(row + row_step);
     }
   }
   // Arrive and wait pair up also in a cluster whose rows were all ignored. No block touches another's shared memory

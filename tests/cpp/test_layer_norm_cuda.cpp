@@ -122,13 +122,13 @@ INSTANTIATE_TEST_SUITE_P(
              "x" + std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
     });
 
-// The tuning knobs (src/layer_norm/layer_norm_cuda.cu, src/common/column_sum.cu) pick other kernels (vectors per
-// thread, rows per thread, uncached, L2 prefetch, the dW/dB sums): each setting runs the Shapes suite again in a child
-// process, since the knobs are read once per process.
+// The tuning knobs (src/layer_norm/layer_norm_cuda.cu) pick other kernels (vectors per thread, rows per thread,
+// uncached, L2 prefetch): each setting runs the Shapes suite again in a child process, since the knobs are read once
+// per process.
 TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
   SKIP_WITHOUT_GPU();
   for (const char* knob : {"TIGON_LAYER_NORM_FWD_NV", "TIGON_LAYER_NORM_BWD_NV", "TIGON_LAYER_NORM_BWD_ROWS",
-                           "TIGON_LAYER_NORM_PREFETCH", "TIGON_LAYER_NORM_BWD_DB_SMEM", "TIGON_COLUMN_SUM"})
+                           "TIGON_LAYER_NORM_PREFETCH", "TIGON_LAYER_NORM_BWD_DB_SMEM"})
     if (std::getenv(knob)) GTEST_SKIP() << "a knob is set: this process is one of the variant runs";
   for (const char* knobs : {"TIGON_LAYER_NORM_PREFETCH=1",
                             "TIGON_LAYER_NORM_FWD_NV=2 TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 "
@@ -136,8 +136,7 @@ TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
                             "TIGON_LAYER_NORM_FWD_NV=1 TIGON_LAYER_NORM_BWD_NV=4 TIGON_LAYER_NORM_BWD_ROWS=2",
                             "TIGON_LAYER_NORM_FWD_NV=4 TIGON_LAYER_NORM_BWD_NV=4 TIGON_LAYER_NORM_BWD_ROWS=1",
                             "TIGON_LAYER_NORM_BWD_NV=1",
-                            "TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 TIGON_LAYER_NORM_BWD_DB_SMEM=1",
-                            "TIGON_COLUMN_SUM=wide"}) {
+                            "TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 TIGON_LAYER_NORM_BWD_DB_SMEM=1"}) {
     EXPECT_EQ(run_self_with(knobs, "Shapes/LayerNormCuda.*"), 0) << knobs;
   }
 }

@@ -90,14 +90,6 @@ INSTANTIATE_TEST_SUITE_P(
              "x" + std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
     });
 
-// TIGON_COLUMN_SUM=wide (src/common/column_sum.cu: dW's partial rows summed with 16-byte loads) runs the Shapes suite
-// again in a child process, since the knob is read once per process.
-TEST(RmsNormCudaVariants, WideColumnSumMatchesReference) {
-  SKIP_WITHOUT_GPU();
-  if (std::getenv("TIGON_COLUMN_SUM")) GTEST_SKIP() << "the knob is set: this process is the variant run";
-  EXPECT_EQ(run_self_with("TIGON_COLUMN_SUM=wide", "Shapes/RmsNormCuda.*"), 0);
-}
-
 TEST(RmsNormCudaApi, WorkspaceTooSmallIsAnError) {
   SKIP_WITHOUT_GPU();
   HostMat x(DType::kFloat32, 8, 64), w(DType::kFloat32, 1, 64), r(DType::kFloat32, 1, 8);
