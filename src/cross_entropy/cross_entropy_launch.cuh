@@ -109,12 +109,6 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
   return cache[key] = std::max(n, 0);
 }
 
-// TIGON_CE_WALK_SKEW_NS (read once; for measuring): the walk kernel's start skew, kern::SliceShape::skew_ns.
-inline int walk_skew_ns() {
-  static const int ns = std::clamp(env_int("TIGON_CE_WALK_SKEW_NS"), 0, 100000);
-  return ns;
-}
-
 // Launches the cluster kernel with plan p: one cluster per row, or (persistent) as many clusters as are resident,
 // each walking rows. False (and nothing launched, no error left behind) when the cluster cannot be
 // placed or the launch is refused, so the caller tries another size or the classic kernel.
@@ -139,12 +133,8 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   cfg.numAttrs = 1;
   const int resident = active_clusters(key, cfg, dev);
   if (resident == 0) return false;
-  kern::SliceShape sh = p.sh;
-  if (p.persistent) {
-    cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
-    sh.skew_ns = walk_skew_ns();
-  }
-  if (cudaLaunchKernelEx(&cfg, kernel, a, sh) == cudaSuccess) return true;
+  if (p.persistent) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
+  if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
 }

@@ -8,10 +8,11 @@
 // Two ways to run it (the launcher's grid):
 // - `cluster`: one cluster per row. With ~63 KB slices three blocks share an SM and their phases (loading, writing)
 //   overlap, as far as the block scheduler staggers them.
-// - `walk`: as many clusters as are resident, each walking rows with a stride, its one buffer copied again for the
-//   next row once this row's gradient is written: no cluster is launched after the first wave, so an SM's slots are
-//   never left empty waiting for a cluster's worth of free slots in one GPC; the blocks sharing an SM overlap one
-//   another's copies as in `cluster`.
+// - `walk`: as many clusters as are resident, each walking rows with a stride: no cluster is launched after the first
+//   wave, so an SM's slots are never left empty waiting for a cluster's worth of free slots in one GPC. The one
+//   buffer is refilled piece by piece: as soon as this row's gradient of a piece is written, the next row's copy of
+//   that piece starts, so a block's reads of its next row overlap the writes of this one (with no gradient, the
+//   whole next row starts once the statistics have read the buffer).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -31,10 +32,6 @@ constexpr int kMaxPieces = 16;
 struct SliceShape {
   int64_t slice_vecs = 0;
   int64_t piece_vecs = 1;
-  // walk (TIGON_CE_WALK_SKEW_NS, opt-in until timed): cluster c sleeps (c % 3) * skew_ns before its first copy, so the
-  // three blocks an SM holds need not load, compute and store in step (they start together and each row takes them
-  // the same time: if they stay in step, an SM's memory idles while all three compute).
-  int skew_ns = 0;
 };
 
 // The row's statistics over a cluster, in every thread of every block: each block writes its own (st, merged over
@@ -93,18 +90,29 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   __syncthreads();
   // Thread 0 starts every piece of a row's copy at once: the whole slice is in flight while the statistics follow
   // it. Ignored rows are not read (every thread skips their wait alike).
-  const auto copy_row = [&](int64_t row) {
-    if (tid != 0 || row >= a.rows || load_target(a, row) == a.ignore_index) return;
+  const auto wanted = [&](int64_t row) { return row < a.rows && load_target(a, row) != a.ignore_index; };
+  const auto copy_piece = [&](int64_t row, int p) {  // thread 0 alone
     const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
-    const uint64_t policy = cuda::l2_evict_first();  // read once
-    for (int p = 0; p < pieces; ++p) {
-      const int64_t first = p * sh.piece_vecs;
-      const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
-      cuda::mbar_arrive_expect_tx(&bars[p], bytes);
-      cuda::bulk_copy_g2s(slice + first, x + (v0 + first) * V, bytes, &bars[p], policy);
-    }
+    const int64_t first = p * sh.piece_vecs;
+    const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
+    cuda::mbar_arrive_expect_tx(&bars[p], bytes);
+    cuda::bulk_copy_g2s(slice + first, x + (v0 + first) * V, bytes, &bars[p], cuda::l2_evict_first());  // read once
   };
-  if (sh.skew_ns > 0) __nanosleep(unsigned(first_row % 3) * unsigned(sh.skew_ns));
+  const auto copy_row = [&](int64_t row) {
+    if (tid != 0 || !wanted(row)) return;
+    for (int p = 0; p < pieces; ++p) copy_piece(row, p);
+  };
+  // Refilling the buffer for `next` once every thread is done reading it (or one piece of it): the barrier, then the
+  // proxy fence orders those generic-proxy reads before the copy engine's writes.
+  const auto refill = [&](int64_t next, int p) {
+    __syncthreads();
+    if (tid != 0 || !wanted(next)) return;
+    cuda::fence_proxy_async_shared();
+    if (p < 0)
+      for (int q = 0; q < pieces; ++q) copy_piece(next, q);
+    else
+      copy_piece(next, p);
+  };
   copy_row(first_row);
   // Every block of the cluster must be running before another writes into its shared memory: arrive now, wait
   // before the first exchange, by when the wait costs nothing.
@@ -115,6 +123,8 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   uint32_t exchanges = 0;  // rank_stats slot: a block can be one exchange ahead of another, never two
 
   for (int64_t row = first_row; row < a.rows; row += row_step) {
+    const int64_t next = row + row_step;
+    bool refilled = next >= a.rows;  // nothing to copy after the block's last row
     const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
     T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
     uint4* gv = reinterpret_cast<uint4*>(grad);
@@ -143,6 +153,10 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       parity ^= 1;
       resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
                         [&](int64_t c) { return from_slice(uint32_t(c / V)); });
+      if (!grad && !refilled) {  // the statistics were the buffer's last readers
+        refill(next, -1);
+        refilled = true;
+      }
       const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
       st = block_merge(st, warp_stats);
       const RowStats r = exchange_stats(st, rank_stats, exchanges, cluster_ready);
@@ -151,23 +165,25 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       if (grad) {
         with_fold(k, [&](auto fold) {
           constexpr bool F = decltype(fold)::value;
-          grad_pass<T, O, F, U>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
-                                [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); });
+          const int64_t kt = t / V;  // the target's vector: its thread adds the one-hot term
+          for (int p = 0; p < pieces; ++p) {
+            const int64_t first = v0 + p * sh.piece_vecs, end = min(v_end, first + sh.piece_vecs);
+            grad_pass<T, O, F, U>(k, uint32_t(first + tid), uint32_t(end), nthr, a, from_slice,
+                                  [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); });
+            // after its vector's store (same thread), before the piece is refilled
+            if (t >= 0 && kt >= first && kt < end && (kt - v0) % nthr == tid)
+              fix_target<T, O, F>(grad, to_f<T>(reinterpret_cast<const T*>(slice)[t - v0 * V]), k, a);
+            if (!refilled) refill(next, p);
+          }
           if (tid < tail) {
             const int64_t c = nvec * V + tid;
             grad[c] = from_f<T>(grad_elem<O, F>(xtail, c, c == t, k, a));
           }
-          const int64_t kt = t / V;  // the target's vector: its thread adds the one-hot term
-          if (t >= 0 && kt >= v0 && kt < v_end && (kt - v0) % nthr == tid)
-            fix_target<T, O, F>(grad, to_f<T>(reinterpret_cast<const T*>(slice)[t - v0 * V]), k, a);
         });
+        refilled = true;
       }
     }
-    if (row + row_step < a.rows) {
-      __syncthreads();  // every thread is done reading the buffer ...
-      if (tid == 0) cuda::fence_proxy_async_shared();  // ... before the copy engine writes it again
-      copy_row(row + row_step);
-    }
+    if (!refilled) refill(next, -1);
   }
   // Arrive and wait pair up also in a cluster whose rows were all ignored. No block touches another's shared memory
   // after its last exchange barrier, so each may leave once it is done.

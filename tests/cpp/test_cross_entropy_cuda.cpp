@@ -255,14 +255,6 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
 INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
                          ::testing::Values("cluster", "cluster2", "walk", "classic"));
 
-// The walk kernel's start skew (TIGON_CE_WALK_SKEW_NS, read once per process) changes only when clusters start: the
-// walk variants' cases again in a child process with it set.
-TEST(CrossEntropyCudaVariants, WalkSkewMatchesReference) {
-  SKIP_WITHOUT_GPU();
-  if (std::getenv("TIGON_CE_WALK_SKEW_NS")) GTEST_SKIP() << "the knob is set: this process is the variant run";
-  EXPECT_EQ(run_self_with("TIGON_CE_WALK_SKEW_NS=3000", "Variants/CrossEntropyCudaKernels.MatchesReference/walk*"), 0);
-}
-
 // The variant names the selector (and TIGON_CE_KERNEL) takes; anything else, the removed variants' names included,
 // is refused with the argument named. Host code only: runs without a GPU.
 TEST(CrossEntropyCudaApi, KernelNames) {
