@@ -1,11 +1,10 @@
 """Times each cross entropy row kernel variant in one process (the test-only selector overrides TIGON_CE_KERNEL):
 the forward with the gradient written over the logits (the backward is a scale skipped for grad_output 1), bf16,
 against the bytes of one read and one write of the logits. Also for Nsight Compute:
-`ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster walk classic`.
+`ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster classic`.
 
     python3 scripts/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [--loss-only] [variant ...]
-Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, walk (the cluster kernel run
-persistently; the launcher's size), walk1, walk2, walk4, walk8, classic.
+Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, classic.
 --loss-only times the forward without a gradient (one read of the logits; the bytes are those of the read).
 """
 import argparse
@@ -27,7 +26,7 @@ ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
 ap.add_argument("variants", nargs="*",
-                default=["cluster", "walk", "walk4", "cluster8", "classic"])
+                default=["cluster", "cluster4", "cluster8", "classic"])
 args = ap.parse_args()
 
 M, V = map(int, args.shape.split("x"))

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 }
 
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
-// force the blocks per row), "walk" (the cluster kernel run persistently; "walk1" ... "walk8") or "classic".
+// force the blocks per row) or "classic".
 // See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
   const auto sized = [&](const char* prefix, RowKernel kind) {
@@ -104,7 +104,7 @@ bool parse_choice(const char* name, KernelChoice* k) {
     *k = {RowKernel::kClassic, 0};
     return true;
   }
-  return sized("cluster", RowKernel::kCluster) || sized("walk", RowKernel::kWalk);
+  return sized("cluster", RowKernel::kCluster);
 }
 
 KernelChoice env_choice() {
@@ -112,7 +112,7 @@ KernelChoice env_choice() {
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
-         "cluster4, cluster8, walk, walk1, walk2, walk4, walk8, classic");
+         "cluster4, cluster8, classic");
   return k;
 }
 

@@ -52,8 +52,7 @@ inline DeviceLimits device_limits() {
 // the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
-  size_t smem = 0;          // dynamic shared memory: the buffer
-  bool persistent = false;  // walk: as many clusters as are resident, each walking rows
+  size_t smem = 0;  // dynamic shared memory: the buffer
   kern::SliceShape sh;
 };
 constexpr int kStaticSmemReserve = 1536;  // the kernel's static shared memory (1088 B: barriers, statistics)
@@ -109,8 +108,7 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
   return cache[key] = std::max(n, 0);
 }
 
-// Launches the cluster kernel with plan p: one cluster per row, or (persistent) as many clusters as are resident,
-// each walking rows. False (and nothing launched, no error left behind) when the cluster cannot be
+// Launches the cluster kernel with plan p, one cluster per row. False (and nothing launched, no error left behind) when the cluster cannot be
 // placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, int O>
 bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
@@ -133,7 +131,6 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   cfg.numAttrs = 1;
   const int resident = active_clusters(key, cfg, dev);
   if (resident == 0) return false;
-  if (p.persistent) cfg.gridDim = dim3(unsigned(std::min<int64_t>(a.rows, resident) * p.csize));
   if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
@@ -160,11 +157,10 @@ void with_options(const RowArgs& a, F f) {
   }
 }
 
-// The name of a cluster kernel run, as tests and the profiler see it: "cluster4", "walk8".
-inline const char* cluster_name(bool walk, int csize) {
-  static const char* const names[2][9] = {{"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"},
-                                          {"", "walk1", "walk2", "", "walk4", "", "", "", "walk8"}};
-  return names[walk][csize];
+// The name of a cluster kernel run, as tests and the profiler see it: "cluster4".
+inline const char* cluster_name(int csize) {
+  static const char* const names[9] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
+  return names[csize];
 }
 
 template <class T>
@@ -179,21 +175,15 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
       // The planned size first, then any other that fits; never a launch error for the choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
-      const bool walk = k.kind == RowKernel::kWalk;
-      const auto plan = [&](int forced) {
-        ClusterPlan p = cluster_plan(nvec, forced, d);
-        p.persistent = walk;
-        return p;
-      };
-      const ClusterPlan first = plan(k.cluster);
+      const ClusterPlan first = cluster_plan(nvec, k.cluster, d);
       if (launch_cluster<T, O>(a, first, d, stream)) {
-        ran = cluster_name(walk, first.csize);
+        ran = cluster_name(first.csize);
         return;
       }
       for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
-        const ClusterPlan p = plan(c);
+        const ClusterPlan p = cluster_plan(nvec, c, d);
         if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream)) {
-          ran = cluster_name(walk, c);
+          ran = cluster_name(c);
           return;
         }
       }

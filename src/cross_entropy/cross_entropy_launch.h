@@ -37,13 +37,12 @@ struct ScaleArgs {
   int64_t go_stride = 0;  // 0: one scale for every row
 };
 
-// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster and walk need vec; rows
-// they cannot take run the classic kernel instead. walk runs the cluster kernel persistently (as many clusters as are
-// resident, each walking rows).
-enum class RowKernel { kCluster, kWalk, kClassic };
+// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster needs vec; rows it cannot
+// take run the classic kernel instead.
+enum class RowKernel { kCluster, kClassic };
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;  // kCluster, kWalk: blocks per row (1, 2, 4, 8), 0: the launcher's
+  int cluster = 0;  // kCluster: blocks per row (1, 2, 4, 8), 0: the launcher's
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();
@@ -51,7 +50,7 @@ KernelChoice row_kernel_choice();
 // vec: 16-byte loads and stores (rows 16-byte aligned); otherwise element by element. Runs row_kernel_choice().
 template <class T>
 void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream);
-// The same with an explicit variant; returns the name of the kernel that ran ("cluster4", "walk8", "classic").
+// The same with an explicit variant; returns the name of the kernel that ran ("cluster4", "classic").
 template <class T>
 const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream);
 template <class T>

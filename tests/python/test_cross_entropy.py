@@ -99,7 +99,7 @@ def test_odd_and_strided_shapes(device, dtype, n, v, pad):
 
 
 # The CUDA row kernel variants (the default is "cluster"); the selector is a test hook of the library.
-KERNELS = ["cluster", "walk", "classic"]
+KERNELS = ["cluster", "classic"]
 
 
 @pytest.fixture
