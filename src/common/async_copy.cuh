@@ -1,6 +1,6 @@
 // Hopper (sm_90) memory helpers in inline PTX: the bulk copy engine (global -> shared, completion counted on an
-// mbarrier) with an L2 eviction-priority hint, and stores into a cluster peer's shared memory counted the same way. Kernels that read a row once into shared memory use these; everything
-// else keeps the plain loads of cuda_types.cuh.
+// mbarrier) with an L2 eviction-priority hint, and stores into a cluster peer's shared memory counted the same way.
+// Kernels that read a row once into shared memory use these; everything else keeps the plain loads of cuda_types.cuh.
 #pragma once
 
 #include <cuda_runtime.h>

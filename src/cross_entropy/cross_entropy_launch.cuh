@@ -108,20 +108,12 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
   return cache[key] = std::max(n, 0);
 }
 
-// TIGON_CE_EXCHANGE_BARRIER=1 (read once; for measuring): the cluster kernel exchanges its statistics through
-// cluster.sync() (a GPU-scope fence and the cluster barrier) instead of st.async stores counted on an mbarrier.
-inline bool exchange_by_barrier() {
-  static const bool on = env_int("TIGON_CE_EXCHANGE_BARRIER") == 1;
-  return on;
-}
-
-// Launches the cluster kernel with plan p, one cluster per row. False (and nothing launched, no error left behind) when the cluster cannot be
-// placed or the launch is refused, so the caller tries another size or the classic kernel.
+// Launches the cluster kernel with plan p, one cluster per row. False (and nothing launched, no error left behind)
+// when the cluster cannot be placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, int O>
 bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
-  const auto kernel =
-      exchange_by_barrier() ? kern::cluster_rows_kernel<T, O, false> : kern::cluster_rows_kernel<T, O, true>;
+  const auto kernel = kern::cluster_rows_kernel<T, O>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
