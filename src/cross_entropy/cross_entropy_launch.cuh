@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common/cuda_check.h"
-#include "common/env.h"
 #include "cross_entropy/cross_entropy_kernels.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
 #include "cross_entropy/cross_entropy_resident.cuh"
