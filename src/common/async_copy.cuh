@@ -1,6 +1,6 @@
 // Hopper (sm_90) memory helpers in inline PTX: the bulk copy engine (global -> shared, completion counted on an
-// mbarrier) with an L2 eviction-priority hint. Kernels that read a row once into shared memory use these; everything
-// else keeps the plain loads of cuda_types.cuh.
+// mbarrier) with an L2 eviction-priority hint, and stores into a cluster peer's shared memory counted the same way.
+// Kernels that read a row once into shared memory use these; everything else keeps the plain loads of cuda_types.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,6 +58,29 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
           "r"(smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
       : "memory");
+}
+
+// The address of `p` (this block's shared memory) in block `rank` of the cluster, as a shared::cluster address.
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+  return r;
+}
+
+// Stores into another block's shared memory (addresses from cluster_addr) whose completion is counted, in bytes, on
+// an mbarrier in that block (which must expect them): the receiver learns the data has landed by waiting on its own
+// barrier, with no cluster-wide barrier and no memory fence on either side.
+__device__ __forceinline__ void st_async_v4(uint32_t dst, uint32_t a, uint32_t b, uint32_t c, uint32_t d,
+                                            uint32_t bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+      "r"(a), "r"(b), "r"(c), "r"(d), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void st_async_b64(uint32_t dst, uint64_t v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(dst), "l"(v),
+               "r"(bar)
+               : "memory");
 }
 
 }  // namespace tigon::cuda

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common/cuda_check.h"
-#include "common/env.h"
 #include "cross_entropy/cross_entropy_kernels.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
 #include "cross_entropy/cross_entropy_resident.cuh"
@@ -108,8 +107,8 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
   return cache[key] = std::max(n, 0);
 }
 
-// Launches the cluster kernel with plan p, one cluster per row. False (and nothing launched, no error left behind) when the cluster cannot be
-// placed or the launch is refused, so the caller tries another size or the classic kernel.
+// Launches the cluster kernel with plan p, one cluster per row. False (and nothing launched, no error left behind)
+// when the cluster cannot be placed or the launch is refused, so the caller tries another size or the classic kernel.
 template <class T, int O>
 bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;

@@ -29,18 +29,38 @@ struct SliceShape {
   int64_t piece_vecs = 1;
 };
 
-// The row's statistics over a cluster, in every thread of every block: each block writes its own (st, merged over
-// the block) into slot `rank` of every block's `slots`; after the barrier every block merges the same values in the
-// same order, so they agree bit for bit. It first waits for the cluster's arrival barrier: every block must be
-// running before another writes into its shared memory.
-__device__ __forceinline__ RowStats exchange_stats(const RowStats& st, RowStats (&slots)[kMaxCluster]) {
+// The row's statistics over a cluster, in every thread of every block: each block sends its own (st, merged over the
+// block) with st.async into slot `rank` of every block, counted in bytes on that block's `bar`, and waits on its own
+// `bar` until all csize slots have landed; every block then merges the same values in the same order, so they agree
+// bit for bit. No cluster barrier per row: cluster.sync() compiled to a GPU-scope memory fence (MEMBAR.ALL.GPU) and
+// the cluster barrier, a wait for the fence and the slowest block that cost 13% of the kernel on an H200
+// (bench/NOTES.md). bar must have been initialised (count 1) before the cluster's arrival barrier, and armed for this
+// exchange's bytes (kStatBytes * csize) by one thread of this block.
+struct alignas(16) StatSlot {
+  float m, s, best, wx;
+  int64_t arg;
+};
+constexpr uint32_t kStatBytes = 24;  // what st.async writes per slot: m, s, best, wx, arg
+
+__device__ __forceinline__ RowStats exchange_stats(const RowStats& st, StatSlot (&slots)[kMaxCluster], uint64_t* bar) {
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank()), tid = int(threadIdx.x);
-  __cluster_barrier_wait();
-  if (tid < csize) put(cluster.map_shared_rank(&slots[rank], tid), st);
-  cluster.sync();
-  RowStats r = slots[0];
-  for (int j = 1; j < csize; ++j) r = merge(r, slots[j]);
+  __cluster_barrier_wait();  // every block running, its bar initialised, before anyone writes into it
+  if (tid < csize) {
+    const uint32_t dst = cuda::cluster_addr(&slots[rank], uint32_t(tid));
+    const uint32_t rbar = cuda::cluster_addr(bar, uint32_t(tid));
+    cuda::st_async_v4(dst, __float_as_uint(st.m), __float_as_uint(st.s), __float_as_uint(st.best),
+                      __float_as_uint(st.wx), rbar);
+    cuda::st_async_b64(dst + 16, uint64_t(st.arg), rbar);
+  }
+  cuda::mbar_wait(bar, 0);
+  const auto get = [&](int j) {
+    RowStats v;
+    v.m = slots[j].m, v.s = slots[j].s, v.best = slots[j].best, v.wx = slots[j].wx, v.arg = slots[j].arg;
+    return v;
+  };
+  RowStats r = get(0);
+  for (int j = 1; j < csize; ++j) r = merge(r, get(j));
   return r;
 }
 
@@ -60,7 +80,8 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   extern __shared__ uint4 slice[];       // slice_vecs: this block's part of the row
   __shared__ uint64_t bars[kMaxPieces];  // one per piece
   __shared__ RowStats warp_stats[kClusterThreads / 32];
-  __shared__ RowStats rank_stats[kMaxCluster];  // [r]: block r's statistics, written by block r
+  __shared__ StatSlot rank_slots[kMaxCluster];  // [r]: block r's statistics, written by block r
+  __shared__ uint64_t stat_bar;                  // counts the bytes of rank_slots landed
 
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank());
@@ -86,7 +107,9 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   // Thread 0 starts every piece of the copy at once: the whole slice is in flight while the statistics follow it.
   if (tid == 0) {
     for (int p = 0; p < pieces; ++p) cuda::mbar_init(&bars[p], 1);
+    cuda::mbar_init(&stat_bar, 1);
     cuda::mbar_init_fence();
+    cuda::mbar_arrive_expect_tx(&stat_bar, kStatBytes * uint32_t(csize));
     for (int p = 0; p < pieces; ++p) {
       const int64_t first = p * sh.piece_vecs;
       const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
@@ -115,7 +138,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
                     [&](int64_t c) { return from_slice(uint32_t(c / V)); });
   const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
   st = block_merge(st, warp_stats);
-  const RowStats r = exchange_stats(st, rank_stats);
+  const RowStats r = exchange_stats(st, rank_slots, &stat_bar);
   const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
   if (!grad) return;
 
