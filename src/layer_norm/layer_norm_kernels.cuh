@@ -320,13 +320,13 @@ __global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cache
         for (int k = 0; k < R; ++k) {
           const int64_t row = row0 + k;
           if (row >= a.rows) continue;
-          const float mean_g = sums[2 * k], mean_gx = sums[2 * k + 1];
+          // dx = r (dy w - mean_g - xhat mean_gx) = dy (r w) + (x - mu) B + C with B = -r^2 mean_gx, C = -r mean_g:
+          // 4 instructions per element instead of 6 (this kernel issues on ~72% of cycles: instructions are time).
+          const float B = -r[k] * r[k] * sums[2 * k + 1], Cc = -r[k] * sums[2 * k];
           float out[V];
 #pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float xh = (elem(xv[k][i], j) - mu[k]) * r[k];
-            out[j] = r[k] * (elem(dv[k][i], j) * w[j] - mean_g - xh * mean_gx);
-          }
+          for (int j = 0; j < V; ++j)
+            out[j] = fmaf(elem(dv[k][i], j), r[k] * w[j], fmaf(elem(xv[k][i], j) - mu[k], B, Cc));
           store_vec<TX, V>(static_cast<TX*>(a.dx) + row * a.dx_stride + c, out);
         }
       }
