@@ -24,18 +24,14 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
-// Waits until the barrier's phase `parity` completed; the copied bytes are then visible to the calling thread. The
-// suspend-time hint (ns, an upper bound: the thread wakes when the phase completes) lets a waiting warp sleep in
-// try_wait instead of returning after the system's short default and spinning: a warp waiting on its copy or on a
-// cluster peer otherwise takes issue slots from the warps computing beside it.
+// Spins until the barrier's phase `parity` completed; the copied bytes are then visible to the calling thread.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  constexpr uint32_t kSuspendNs = 10000000;
   uint32_t done;
   do {
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
         : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity), "r"(kSuspendNs)
+        : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!done);
 }
