@@ -52,7 +52,7 @@ def _liger(ctx, args):
 IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
 
 
-def _time_impl(fn, overwrites, x, t, ctx) -> dict:
+def _time_impl(fn, overwrites, x, t, ctx, impl: str) -> dict:
     device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
     with torch.no_grad():
         fwd_ms = time_ms(lambda: fn(x, t), device, reps, warmup)  # no grad wanted: nothing is overwritten
@@ -71,7 +71,7 @@ def _time_impl(fn, overwrites, x, t, ctx) -> dict:
     try:  # steady state; implementations that write over the logits then run on gradients, which costs the same
         out.update(stream_fwd_full(fn, (x, t), (0,), None, fwd_ms, full_ms, ctx))
     except Exception as e:
-        ctx.note(f"{OP}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+        ctx.note(f"{OP} {impl}: CUDA graph timing failed, no steady-state time ({type(e).__name__}: {str(e)[:100]})")
     return out
 
 
@@ -84,6 +84,7 @@ def _check(fn, overwrites, x, t, ref_loss, ref_grad) -> dict:
 
 def run(args, ctx) -> list[dict]:
     fns = make_impls(OP, IMPLS, args, ctx)
+    names = {id(f): name for name, f in fns.items()}  # for notes about one implementation
 
     results = []
     for shape in bench_shapes(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, "tokens x vocab"):
@@ -103,6 +104,6 @@ def run(args, ctx) -> list[dict]:
         ref_loss = ref_loss.item()
         checks = run_checks(fns, lambda f: _check(f[0], f[1], x, t, ref_loss, ref_grad))
         del xr, ref_grad
-        results += time_checked(OP, f"{OP} {M}x{V}", shape, fns, checks, lambda f: _time_impl(f[0], f[1], x, t, ctx), nbytes, ctx)
+        results += time_checked(OP, f"{OP} {M}x{V}", shape, fns, checks, lambda f: _time_impl(f[0], f[1], x, t, ctx, names[id(f)]), nbytes, ctx)
         del x, t
     return results
