@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <climits>
 #include <cstring>
 #include <type_traits>
 
@@ -213,11 +214,13 @@ __device__ __forceinline__ void resolve_arg(RowStats& st, int64_t cstride, int64
   }
 }
 
+// b merged into a (the cluster exchange adds its blocks' statistics in rank order with this). The sums rescale with
+// ex2.approx.ftz like every other exponent here (__expf adds range checks around the same instruction).
 __device__ __forceinline__ RowStats merge(const RowStats& a, const RowStats& b) {
-  // Commutative bit for bit (so every lane of a butterfly ends with the same value).
   RowStats r;
   r.m = fmaxf(a.m, b.m);
-  r.s = r.m == -INFINITY ? 0.f : a.s * __expf(a.m - r.m) + b.s * __expf(b.m - r.m);
+  r.s = r.m == -INFINITY ? 0.f
+                         : a.s * exp2_fast((a.m - r.m) * kLog2e) + b.s * exp2_fast((b.m - r.m) * kLog2e);
   const bool take_b = a.arg < 0 || (b.arg >= 0 && (b.best > a.best || (b.best == a.best && b.arg < a.arg)));
   r.best = take_b ? b.best : a.best;
   r.arg = take_b ? b.arg : a.arg;
@@ -235,25 +238,63 @@ __device__ __forceinline__ void put(RowStats* dst, const RowStats& v) {
   dst->wx = v.wx;
 }
 
-// The block's merged stats, in every thread. smem holds one RowStats per warp.
-__device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem) {
-  v.s += v.s2;
+// v merged over aligned groups of `width` lanes (a power of two up to 32), the same bits in every lane: the maximum
+// first, then each lane's sum rescaled to it once and the sums added, each by butterfly (every step adds or compares
+// the same two values in either order). One exponential per lane, where merging whole RowStats at each of the five
+// steps took ~400 instructions per warp, once per row, with no bytes in flight. The argmax (largest best among
+// lanes with a column, then the smallest such column) only when a.want_arg; wx only with label smoothing.
+__device__ __forceinline__ RowStats group_merge(const RowStats& v, int width, bool want_arg, bool smooth) {
+  RowStats r;
+  float m = v.m;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    RowStats other;
-    other.m = __shfl_xor_sync(0xffffffffu, v.m, o);
-    other.s = __shfl_xor_sync(0xffffffffu, v.s, o);
-    other.best = __shfl_xor_sync(0xffffffffu, v.best, o);
-    other.arg = __shfl_xor_sync(0xffffffffu, v.arg, o);
-    other.wx = __shfl_xor_sync(0xffffffffu, v.wx, o);
-    v = merge(v, other);
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float s = m == -INFINITY ? 0.f : v.s * exp2_fast((v.m - m) * kLog2e);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width) s += __shfl_xor_sync(0xffffffffu, s, o);
+  r.m = m;
+  r.s = s;
+  if (want_arg) {
+    float best = v.arg >= 0 ? v.best : -INFINITY;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < width) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, o));
+    long long arg = v.arg >= 0 && v.best == best ? (long long)v.arg : LLONG_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < width) arg = min(arg, __shfl_xor_sync(0xffffffffu, arg, o));
+    r.best = best;
+    r.arg = arg == LLONG_MAX ? -1 : int64_t(arg);
   }
-  __syncthreads();  // the previous row's readers are done with smem
-  if ((threadIdx.x & 31) == 0) put(&smem[threadIdx.x / 32], v);
-  __syncthreads();
-  RowStats r = smem[0];
-  for (int w = 1; w < int(blockDim.x / 32); ++w) r = merge(r, smem[w]);  // fixed order: deterministic
+  if (smooth) {
+    float wx = v.wx;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < width) wx += __shfl_xor_sync(0xffffffffu, wx, o);
+    r.wx = wx;
+  }
   return r;
+}
+
+// The block's merged stats, in every thread: each warp's by group_merge, then lane w of every warp takes warp w's
+// (smem holds one RowStats per warp) and group_merge again over the warp count rounded up to a power of two.
+__device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem, const RowArgs& a) {
+  v.s += v.s2;
+  const bool smooth = a.smoothing > 0.f;
+  v = group_merge(v, 32, a.want_arg, smooth);
+  const int lane = int(threadIdx.x & 31), warps = int(blockDim.x / 32);
+  if (warps == 1) return v;
+  __syncthreads();  // the previous row's readers are done with smem
+  if (lane == 0) put(&smem[threadIdx.x / 32], v);
+  __syncthreads();
+  RowStats w;  // lanes past the last warp: nothing (-inf, 0, no column)
+  if (lane < warps) {
+    w.m = smem[lane].m, w.s = smem[lane].s, w.best = smem[lane].best, w.arg = smem[lane].arg, w.wx = smem[lane].wx;
+  }
+  int width = 1;
+  while (width < warps) width *= 2;
+  return group_merge(w, width, a.want_arg, smooth);
 }
 
 // The gradient's coefficients (see cross_entropy_ref.cpp for the same in fp64):
@@ -350,7 +391,7 @@ __device__ __forceinline__ GradCoef finish_row(const RowArgs& a, int64_t row, in
     if (eps > 0.f) ce += eps_v * (lse * weight_all - st.wx);
     a.row_ce[row] = ce;
     a.row_z[row] = a.z_scale * lse * lse;
-    a.row_correct[row] = st.arg == t ? 1.f : 0.f;
+    a.row_correct[row] = a.want_arg && st.arg == t ? 1.f : 0.f;
   }
   const float ce_scale = a.mean ? 1.f / a.totals[kWeightSum] : 1.f;
   const float z_scale = a.mean ? 1.f / a.totals[kCount] : 1.f;
@@ -412,9 +453,10 @@ __global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
     RowStats st;
     const auto load = [&](uint32_t k) { return xv[k]; };
     stats_pass<T, O, U>(st, tid, nvec, step, a, load);
-    resolve_arg<T, U>(st, int64_t(step) * V, int64_t(tid) * V, tail0, [&](int64_t c) { return xv[c / V]; });
+    if (a.want_arg)
+      resolve_arg<T, U>(st, int64_t(step) * V, int64_t(tid) * V, tail0, [&](int64_t c) { return xv[c / V]; });
     for (int64_t c = tail0 + tid; c < a.cols; c += step) accumulate1<O>(st, to_f<T>(x[c]), c, a);
-    st = block_merge(st, smem);
+    st = block_merge(st, smem, a);
     const GradCoef k = finish_row(a, row, t, capped<O>(xr, a), st, tid == 0);
     if (!grad) continue;
 
@@ -445,7 +487,7 @@ __global__ void __launch_bounds__(kMaxThreads) scalar_rows_kernel(RowArgs a) {
     const float xt = t >= 0 && t < a.cols ? capped<O>(to_f<T>(x[t]), a) : NAN;  // before pass 2 (in place)
     RowStats st;
     for (int64_t c = tid; c < a.cols; c += step) accumulate1<O>(st, to_f<T>(x[c]), c, a);
-    st = block_merge(st, smem);
+    st = block_merge(st, smem, a);
     const GradCoef k = finish_row(a, row, t, xt, st, tid == 0);
     if (!grad) continue;
     with_fold(k, [&](auto fold) {

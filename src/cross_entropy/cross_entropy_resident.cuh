@@ -134,10 +134,11 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
     const int64_t first = v0 + p * sh.piece_vecs;
     stats_pass<T, O, U>(st, uint32_t(first + tid), uint32_t(min(v_end, first + sh.piece_vecs)), nthr, a, from_slice);
   }
-  resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
-                    [&](int64_t c) { return from_slice(uint32_t(c / V)); });
+  if (a.want_arg)
+    resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
+                      [&](int64_t c) { return from_slice(uint32_t(c / V)); });
   const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
-  st = block_merge(st, warp_stats);
+  st = block_merge(st, warp_stats, a);
   const RowStats r = exchange_stats(st, rank_slots, &stat_bar);
   const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
   if (!grad) return;
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       grad[c] = from_f<T>(grad_elem<O, F>(xtail, c, c == t, k, a));
     }
     const int64_t kt = t / V;  // the target's vector: its thread adds the one-hot term
-    if (t >= 0 && kt >= v0 && kt < v_end && (kt - v0) % nthr == tid)
+    if (t >= 0 && kt >= v0 && kt < v_end && int(kt - v0) % nthr == tid)  // kt - v0 < slice_vecs: 32 bits
       fix_target<T, O, F>(grad, to_f<T>(reinterpret_cast<const T*>(slice)[t - v0 * V]), k, a);
   });
   // No block touches another's shared memory after the exchange barrier, so each may leave once it is done.
