@@ -277,8 +277,8 @@ __device__ __forceinline__ RowStats group_merge(const RowStats& v, int width, bo
   return r;
 }
 
-// The block's merged stats, in every thread: each warp's by group_merge, then lane w of every warp takes warp w's
-// (smem holds one RowStats per warp) and group_merge again over the warp count rounded up to a power of two.
+// The block's merged stats, in every thread: each warp's by group_merge, then every warp merges all warps' (smem
+// holds one RowStats per warp) by group_merge over the warp count rounded up to a power of two.
 __device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem, const RowArgs& a) {
   v.s += v.s2;
   const bool smooth = a.smoothing > 0.f;
@@ -288,12 +288,16 @@ __device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem, cons
   __syncthreads();  // the previous row's readers are done with smem
   if (lane == 0) put(&smem[threadIdx.x / 32], v);
   __syncthreads();
-  RowStats w;  // lanes past the last warp: nothing (-inf, 0, no column)
-  if (lane < warps) {
-    w.m = smem[lane].m, w.s = smem[lane].s, w.best = smem[lane].best, w.arg = smem[lane].arg, w.wx = smem[lane].wx;
-  }
   int width = 1;
   while (width < warps) width *= 2;
+  // Lane l takes warp (l mod width)'s, so every group of width lanes (each warp has 32 / width) merges the same
+  // values; past the last warp, nothing (-inf, 0, no column).
+  const int src = lane & (width - 1);
+  RowStats w;
+  if (src < warps) {
+    const RowStats& e = smem[src];
+    w.m = e.m, w.s = e.s, w.best = e.best, w.arg = e.arg, w.wx = e.wx;
+  }
   return group_merge(w, width, a.want_arg, smooth);
 }
 
