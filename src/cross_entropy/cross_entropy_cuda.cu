@@ -86,37 +86,43 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
   if (o.accuracy) o.accuracy[0] = float(v[2] / count);
 }
 
-// The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default; "cluster1", "cluster2", "cluster4", "cluster8"
-// force the blocks per row) or "classic".
-// See bench/NOTES.md, "Cross entropy", for what each costs.
+// The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default), "cluster<N>" (N = 1-8 blocks per row, forced),
+// either with "-t<threads>" (threads per block, forced: a multiple of 32 up to kClusterMaxThreads; "cluster7-t128"),
+// or "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
-  const auto sized = [&](const char* prefix, RowKernel kind) {
-    const size_t n = std::strlen(prefix);
-    if (std::strncmp(name, prefix, n) != 0) return false;
-    const char* rest = name + n;
-    int blocks = 0;
-    if (*rest && std::strchr("1248", *rest)) blocks = *rest++ - '0';
-    if (*rest) return false;
-    *k = {kind, blocks};
-    return true;
-  };
   if (std::strcmp(name, "classic") == 0) {
     *k = {RowKernel::kClassic, 0};
     return true;
   }
-  return sized("cluster", RowKernel::kCluster);
+  const char* prefix = "cluster";
+  if (std::strncmp(name, prefix, std::strlen(prefix)) != 0) return false;
+  const char* rest = name + std::strlen(prefix);
+  KernelChoice c;
+  if (*rest >= '1' && *rest <= '8') c.cluster = *rest++ - '0';
+  if (rest[0] == '-' && rest[1] == 't') {
+    char* end = nullptr;
+    const long t = std::strtol(rest + 2, &end, 10);
+    if (end == rest + 2 || t < 32 || t > kClusterMaxThreads || t % 32 != 0) return false;
+    c.threads = int(t);
+    rest = end;
+  }
+  if (*rest) return false;
+  *k = c;
+  return true;
 }
 
 KernelChoice env_choice() {
   KernelChoice k;
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
-    fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster1, cluster2, ",
-         "cluster4, cluster8, classic");
+    fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster<1-8>, ",
+         "cluster[<1-8>]-t<threads>, classic");
   return k;
 }
 
-// A test's override (tigon_testing_cross_entropy_kernel), encoded as kind * 16 + cluster; -1: none.
+// A test's override (tigon_testing_cross_entropy_kernel), encoded by encode(); -1: none.
+int encode(const KernelChoice& k) { return int(k.kind) + 2 * k.cluster + 32 * (k.threads / 32); }
+KernelChoice decode(int o) { return {RowKernel(o % 2), (o / 2) % 16, 32 * (o / 32)}; }
 std::atomic<int> g_override{-1};
 thread_local const char* g_last_kernel = "";
 
@@ -128,7 +134,7 @@ bool rows_aligned(const RowMatrix& m) {
 
 KernelChoice row_kernel_choice() {
   const int o = g_override.load(std::memory_order_relaxed);
-  if (o >= 0) return KernelChoice{RowKernel(o / 16), o % 16};
+  if (o >= 0) return decode(o);
   static const KernelChoice env = env_choice();  // read once, at the first launch
   return env;
 }
@@ -204,7 +210,7 @@ tigon_status_t tigon_testing_cross_entropy_kernel(const char* name) {
     using namespace tigon::cross_entropy;
     KernelChoice k;
     if (name && !parse_choice(name, &k)) tigon::fail_arg("name", "is not a cross entropy kernel: ", name);
-    g_override.store(name ? int(k.kind) * 16 + k.cluster : -1);
+    g_override.store(name ? encode(k) : -1);
   });
 }
 

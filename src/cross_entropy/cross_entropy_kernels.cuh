@@ -214,20 +214,6 @@ __device__ __forceinline__ void resolve_arg(RowStats& st, int64_t cstride, int64
   }
 }
 
-// b merged into a (the cluster exchange adds its blocks' statistics in rank order with this). The sums rescale with
-// ex2.approx.ftz like every other exponent here (__expf adds range checks around the same instruction).
-__device__ __forceinline__ RowStats merge(const RowStats& a, const RowStats& b) {
-  RowStats r;
-  r.m = fmaxf(a.m, b.m);
-  r.s = r.m == -INFINITY ? 0.f
-                         : a.s * exp2_fast((a.m - r.m) * kLog2e) + b.s * exp2_fast((b.m - r.m) * kLog2e);
-  const bool take_b = a.arg < 0 || (b.arg >= 0 && (b.best > a.best || (b.best == a.best && b.arg < a.arg)));
-  r.best = take_b ? b.best : a.best;
-  r.arg = take_b ? b.arg : a.arg;
-  r.wx = a.wx + b.wx;
-  return r;
-}
-
 // The fields a merge reads, one by one (a whole-struct copy through a generic pointer, as into another block's
 // shared memory, compiled to byte stores).
 __device__ __forceinline__ void put(RowStats* dst, const RowStats& v) {

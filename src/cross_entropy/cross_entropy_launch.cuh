@@ -46,30 +46,39 @@ inline DeviceLimits device_limits() {
 }
 
 // The cluster kernel's split of a row of nvec 16-byte vectors over its blocks, one buffer each. By default the fewest
-// blocks whose buffers leave room for two blocks per SM (one loads while another writes; bf16 x 128256: 4 blocks of
-// 62.6 KB, three per SM), else the fewest that fit at all; `forced` (1, 2, 4, 8) asks for a size, if it fits. csize 0:
-// the row does not fit in 8 blocks.
+// blocks per row that let kBlocksPerSm of them share an SM, else the size that lets the most share one (the fewest
+// blocks among ties), with ~16 vectors per thread: more, smaller blocks per SM, each at its own phase of its row
+// (waiting on its copy, computing, writing), keep more bytes moving. bf16 x 128256 on an H200: 7 blocks of 36 KB, 6 per
+// SM, 128 threads each ran 1132 us against 1187 for 4 blocks of 63 KB, 3 per SM, 256 threads (bench/NOTES.md).
+// `forced` (1-8) and `threads` ask for a size and a block, where they fit. csize 0: the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
   size_t smem = 0;  // dynamic shared memory: the buffer
   kern::SliceShape sh;
 };
-constexpr int kStaticSmemReserve = 1536;  // the kernel's static shared memory (1088 B: barriers, statistics)
+constexpr int kBlocksPerSm = 6;  // more did not help: non-portable clusters of 9-16 smaller blocks ran 4-30% slower
+// Shared memory per block besides the buffer: the kernel's static arrays (kern::kStaticSmemBytes) and the 1 KB the
+// system reserves per block.
+constexpr int64_t kBlockSmemOverhead = kern::kStaticSmemBytes + 1024;
 
-inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d) {
-  const int64_t fit = d.smem_block - kStaticSmemReserve;
-  const int64_t two_per_sm = d.smem_sm / 2 - 2 * kStaticSmemReserve;  // 1 KB per block is the system's
+inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d, int threads = 0) {
+  const int64_t fit = d.smem_block - kern::kStaticSmemBytes;
+  const auto slice_bytes = [&](int c) { return (nvec + c - 1) / c * 16; };
   ClusterPlan p;
-  for (int pass = forced ? 0 : 1; pass < 3 && p.csize == 0; ++pass)  // a forced size that does not fit: as if unforced
-    for (int c = 1; c <= kern::kMaxCluster && p.csize == 0; c *= 2) {
-      const int64_t bytes = (nvec + c - 1) / c * 16;
-      if (pass == 0 ? c == forced && bytes <= fit : bytes <= (pass == 1 ? two_per_sm : fit)) p.csize = c;
+  if (forced > 0 && forced <= kern::kMaxCluster && slice_bytes(forced) <= fit) {
+    p.csize = forced;
+  } else {  // a forced size that does not fit: as if unforced
+    for (int c = 1, most = 0; c <= kern::kMaxCluster; ++c) {
+      if (slice_bytes(c) > fit) continue;
+      const int per_sm = int(std::min<int64_t>(d.smem_sm / (slice_bytes(c) + kBlockSmemOverhead), kBlocksPerSm));
+      if (per_sm > most) most = per_sm, p.csize = c;
     }
+  }
   if (p.csize == 0) return p;
   p.sh.slice_vecs = std::max<int64_t>(1, (nvec + p.csize - 1) / p.csize);
-  // ~8 or more vectors per thread: enough work per thread to pay for the block, whole warps.
-  p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs + 255) / 256 * 32, 32, kern::kClusterThreads));
-  // Pieces of whole groups per thread (the statistics start on the first; 16 KB at 256 threads), at most kMaxPieces.
+  p.threads = threads > 0 ? threads
+                          : int(std::clamp<int64_t>((p.sh.slice_vecs / 16 + 16) / 32 * 32, 64, kern::kClusterThreads));
+  // Pieces of whole groups per thread (the statistics start on the first; 8 KB at 128 threads), at most kMaxPieces.
   const int64_t group = int64_t(p.threads) * kern::kClusterUnroll;
   const int64_t pieces = std::clamp<int64_t>((p.sh.slice_vecs + group - 1) / group, 1, kern::kMaxPieces);
   p.sh.piece_vecs = ((p.sh.slice_vecs + pieces - 1) / pieces + group - 1) / group * group;  // rounding up: <= pieces
@@ -158,7 +167,8 @@ void with_options(const RowArgs& a, F f) {
 
 // The name of a cluster kernel run, as tests and the profiler see it: "cluster4".
 inline const char* cluster_name(int csize) {
-  static const char* const names[9] = {"", "cluster1", "cluster2", "", "cluster4", "", "", "", "cluster8"};
+  static const char* const names[kern::kMaxCluster + 1] = {"",         "cluster1", "cluster2", "cluster3", "cluster4",
+                                                           "cluster5", "cluster6", "cluster7", "cluster8"};
   return names[csize];
 }
 
@@ -174,7 +184,7 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
       // The planned size first, then any other that fits; never a launch error for the choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
-      const ClusterPlan first = cluster_plan(nvec, k.cluster, d);
+      const ClusterPlan first = cluster_plan(nvec, k.cluster, d, k.threads);
       if (launch_cluster<T, O>(a, first, d, stream)) {
         ran = cluster_name(first.csize);
         return;

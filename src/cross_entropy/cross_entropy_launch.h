@@ -41,9 +41,11 @@ struct ScaleArgs {
 // The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster needs vec; rows it cannot
 // take run the classic kernel instead.
 enum class RowKernel { kCluster, kClassic };
+constexpr int kClusterMaxThreads = 256;  // the cluster kernel's launch bound
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
-  int cluster = 0;  // kCluster: blocks per row (1, 2, 4, 8), 0: the launcher's
+  int cluster = 0;  // kCluster: blocks per row (1-8), 0: the launcher's
+  int threads = 0;  // kCluster: threads per block (a multiple of 32 up to kClusterMaxThreads), 0: the launcher's
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();

@@ -5,8 +5,8 @@
 // the rest; the blocks exchange their partial statistics through distributed shared memory, then write the gradient
 // from shared memory.
 //
-// One cluster per row. With ~63 KB slices three blocks share an SM and their phases (loading, writing) overlap, as
-// far as the block scheduler staggers them. A persistent form (as many clusters as are resident, each walking rows,
+// One cluster per row. The launcher sizes slices so that several blocks share an SM (six of ~36 KB for 128256 bf16
+// logits) and their phases (loading, computing, writing) overlap, as far as the block scheduler staggers them. A persistent form (as many clusters as are resident, each walking rows,
 // its buffer refilled for the next row) ran 2-6% slower on an H200 with either refill order (bench/NOTES.md).
 #pragma once
 
@@ -17,9 +17,9 @@
 
 namespace tigon::cross_entropy::kern {
 
-constexpr int kClusterThreads = 256;
+constexpr int kClusterThreads = kClusterMaxThreads;
 constexpr int kClusterUnroll = 4;  // vectors per group; a piece is a whole number of groups per thread
-constexpr int kMaxCluster = 8;    // the portable maximum
+constexpr int kMaxCluster = 8;    // the portable maximum (larger, non-portable clusters ran 4-30% slower)
 constexpr int kMaxPieces = 16;
 
 // How a row is split (in 16-byte vectors): block `rank` holds [rank * slice_vecs, +slice_vecs) in its buffer, copied
@@ -42,7 +42,14 @@ struct alignas(16) StatSlot {
 };
 constexpr uint32_t kStatBytes = 24;  // what st.async writes per slot: m, s, best, wx, arg
 
-__device__ __forceinline__ RowStats exchange_stats(const RowStats& st, StatSlot (&slots)[kMaxCluster], uint64_t* bar) {
+// The kernel's static shared memory, at most (the launcher plans blocks per SM with it): its barriers and statistics.
+constexpr int kStaticSmemBytes = 1024;
+static_assert(kMaxPieces * 8 + (kClusterThreads / 32) * sizeof(RowStats) + kMaxCluster * sizeof(StatSlot) + 8 <=
+                  kStaticSmemBytes,
+              "cluster_rows_kernel's static shared memory outgrew kStaticSmemBytes");
+
+__device__ __forceinline__ RowStats exchange_stats(const RowStats& st, StatSlot (&slots)[kMaxCluster], uint64_t* bar,
+                                                   bool want_arg, bool smooth) {
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank()), tid = int(threadIdx.x);
   __cluster_barrier_wait();  // every block running, its bar initialised, before anyone writes into it
@@ -54,14 +61,14 @@ __device__ __forceinline__ RowStats exchange_stats(const RowStats& st, StatSlot 
     cuda::st_async_b64(dst + 16, uint64_t(st.arg), rbar);
   }
   cuda::mbar_wait(bar, 0);
-  const auto get = [&](int j) {
-    RowStats v;
-    v.m = slots[j].m, v.s = slots[j].s, v.best = slots[j].best, v.wx = slots[j].wx, v.arg = slots[j].arg;
-    return v;
-  };
-  RowStats r = get(0);
-  for (int j = 1; j < csize; ++j) r = merge(r, get(j));
-  return r;
+  // Every warp merges the csize slots by butterflies over the size rounded up to a power of two, lane l taking slot
+  // l mod width (past the last slot: nothing), as block_merge does the warps': the same bits in every block.
+  int width = 1;
+  while (width < csize) width *= 2;
+  const int j = int(threadIdx.x & 31) & (width - 1);
+  RowStats v;
+  if (j < csize) v.m = slots[j].m, v.s = slots[j].s, v.best = slots[j].best, v.wx = slots[j].wx, v.arg = slots[j].arg;
+  return group_merge(v, width, want_arg, smooth);
 }
 
 // The last block's columns after the whole vectors (fewer than V, from global memory), one per thread from c0, into
@@ -139,7 +146,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
                       [&](int64_t c) { return from_slice(uint32_t(c / V)); });
   const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
   st = block_merge(st, warp_stats, a);
-  const RowStats r = exchange_stats(st, rank_slots, &stat_bar);
+  const RowStats r = exchange_stats(st, rank_slots, &stat_bar, a.want_arg, a.smoothing > 0.f);
   const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
   if (!grad) return;
 

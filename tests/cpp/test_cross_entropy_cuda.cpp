@@ -156,7 +156,8 @@ TEST_P(CrossEntropyCuda, MatchesReference) {
   run_case(GetParam(), nullptr);
 }
 
-// Every variant explicitly, on shapes that take the cluster path (1, 2, 4 and 8 blocks), the fallbacks and the tails.
+// Every variant explicitly, on shapes that take the cluster path (1-8 blocks, the launcher's or forced threads per
+// block), the fallbacks and the tails.
 class CrossEntropyCudaKernels : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
 
 TEST_P(CrossEntropyCudaKernels, MatchesReference) {
@@ -183,7 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     Variants, CrossEntropyCudaKernels,
     ::testing::Combine(
-        ::testing::Values("cluster", "cluster1", "cluster2", "cluster4", "cluster8", "classic"),
+        ::testing::Values("cluster", "cluster1", "cluster2", "cluster3", "cluster4", "cluster7", "cluster8",
+                          "cluster5-t64", "cluster8-t256", "classic"),
         ::testing::Values(
             Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
             Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
@@ -200,7 +202,10 @@ INSTANTIATE_TEST_SUITE_P(
             Case{DType::kBFloat16, 1, 1, 0, kNone, 0.f, 0.f, 0.f, false, false},           // no whole vector
             Case{DType::kFloat16, 300, 136, 0, kNone, 0.1f, 1e-4f, 5.f, true, true})),     // many short rows
     [](const ::testing::TestParamInfo<std::tuple<std::string, Case>>& info) {
-      return std::get<0>(info.param) + "_" + case_name(std::get<1>(info.param));
+      std::string v = std::get<0>(info.param);
+      for (char& ch : v)
+        if (ch == '-') ch = '_';  // test names are letters, digits and underscores
+      return v + "_" + case_name(std::get<1>(info.param));
     });
 
 // Logits around -60 with a z-loss of 0.1 and SUM: the gradient's scale of p, 1 + 0.2 lse, is negative, which the
@@ -256,10 +261,12 @@ INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
 // The variant names the selector (and TIGON_CE_KERNEL) takes; anything else, the removed variants' names included,
 // is refused with the argument named. Host code only: runs without a GPU.
 TEST(CrossEntropyCudaApi, KernelNames) {
-  for (const char* name : {"cluster", "cluster1", "cluster2", "cluster4", "cluster8", "classic"})
+  for (const char* name : {"cluster", "cluster1", "cluster2", "cluster3", "cluster4", "cluster7", "cluster8",
+                           "cluster7-t128", "cluster-t64", "cluster8-t256", "classic"})
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << name << ": " << tigon_last_error();
-  for (const char* name : {"", "cluster0", "cluster3", "cluster16", "clusterx", "cluster8-", "classic4", "classics",
-                           "walk", "walk4", "pipe", "pipe8", "regs", "regswalk4", "l2", "cluster-poly"}) {
+  for (const char* name : {"", "cluster0", "cluster9", "cluster16", "cluster08", "clusterx", "cluster8-", "cluster4-t48",
+                           "cluster4-t512", "cluster4-t", "cluster4-t64x", "cluster4-x", "classic4", "classics", "walk", "walk4", "pipe",
+                           "pipe8", "regs", "regswalk4", "l2", "cluster-poly"}) {
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(std::string(tigon_last_error()).find("'name'"), std::string::npos) << tigon_last_error();
   }
