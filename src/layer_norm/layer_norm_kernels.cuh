@@ -92,8 +92,21 @@ __device__ __forceinline__ void launder(cuda::Packed<T, N>& p) {
     asm volatile("" : "+r"(p.u[k].x), "+r"(p.u[k].y), "+r"(p.u[k].z), "+r"(p.u[k].w));
 }
 
-template <class TX, class TP, int NV>
-__global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
+// (x - mean) * rstd. For 16-bit inputs as one FMA, x rstd + neg_mr with neg_mr = -mean rstd: its rounding error,
+// |mean| rstd 2^-24, is far below their outputs' half unit even for rows ~500 deviations off centre, and the kernels
+// issue on most cycles (one instruction per element is ~4% of the forward). fp32 inputs keep the subtraction.
+template <class TX>
+__device__ __forceinline__ float xhat(float x, float mean, float rstd, float neg_mr) {
+  if constexpr (sizeof(TX) == 2) return fmaf(x, rstd, neg_mr);
+  return (x - mean) * rstd;
+}
+
+// Small: blocks of at most kFwdSmallThreads threads (rows of up to 4096 16-bit elements at NV = 4), registers capped
+// so that kFwdSmallBlocks of them share an SM (48 registers, 10 blocks, where 54 let 9).
+constexpr int kFwdSmallThreads = 128, kFwdSmallBlocks = 10;
+template <class TX, class TP, int NV, bool Small = false>
+__global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Small ? kFwdSmallBlocks : 1)
+    fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ __align__(16) float red[2][64];  // [warps][2] per call; consecutive row groups alternate buffers
   const int cols = int(a.cols);  // the cached kernels' rows are short: int offsets
@@ -144,6 +157,7 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
       a.rstd[row] = rstd;
     }
     TX* y = static_cast<TX*>(a.y) + row * a.y_stride;
+    const float neg_mr = -mean * rstd;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
@@ -152,7 +166,7 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
         load_param<TP, V>(a.w, c, 1.f, w);
         load_param<TP, V>(a.b, c, 0.f, b);
 #pragma unroll
-        for (int j = 0; j < V; ++j) out[j] = (elem(v[i], j) - mean) * rstd * w[j] + b[j];
+        for (int j = 0; j < V; ++j) out[j] = fmaf(xhat<TX>(elem(v[i], j), mean, rstd, neg_mr), w[j], b[j]);
         store_vec<TX, V>(y + c, out);
       }
     }
@@ -262,9 +276,11 @@ __global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cache
       r[k] = live ? a.rstd[row] : 0.f;
     }
     // sums[2k] = sum(g), sums[2k + 1] = sum(g * xhat) over row k, g = dy * w (means after row_sums).
-    float sums[2 * R];
+    float sums[2 * R], neg_mr[R];
 #pragma unroll
     for (int n = 0; n < 2 * R; ++n) sums[n] = 0.f;
+#pragma unroll
+    for (int k = 0; k < R; ++k) neg_mr[k] = -mu[k] * r[k];
 #pragma unroll
     for (int i = 0; i < C; ++i) {
       const int c = (i * blockDim.x + threadIdx.x) * V;
@@ -279,7 +295,7 @@ __global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cache
         for (int k = 0; k < R; ++k)
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const float xh = (elem(xv[k][i], j) - mu[k]) * r[k], d = elem(dv[k][i], j);
+            const float xh = xhat<TX>(elem(xv[k][i], j), mu[k], r[k], neg_mr[k]), d = elem(dv[k][i], j);
             sums[2 * k] += d * w[j];
             sums[2 * k + 1] += d * w[j] * xh;
             acc_w[i][j] += d * xh;
@@ -321,12 +337,15 @@ __global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cache
           const int64_t row = row0 + k;
           if (row >= a.rows) continue;
           // dx = r (dy w - mean_g - xhat mean_gx) = dy (r w) + (x - mu) B + C with B = -r^2 mean_gx, C = -r mean_g:
-          // 4 instructions per element instead of 6 (this kernel issues on ~72% of cycles: instructions are time).
-          const float B = -r[k] * r[k] * sums[2 * k + 1], Cc = -r[k] * sums[2 * k];
+          // 4 instructions per element instead of 6 (this kernel issues on ~72% of cycles: instructions are time);
+          // 16-bit inputs take x B + (C - mu B) in one FMA (3), as xhat does.
+          const float B = -r[k] * r[k] * sums[2 * k + 1], Cc = -r[k] * sums[2 * k], Cmu = fmaf(-mu[k], B, Cc);
           float out[V];
 #pragma unroll
-          for (int j = 0; j < V; ++j)
-            out[j] = fmaf(elem(dv[k][i], j), r[k] * w[j], fmaf(elem(xv[k][i], j) - mu[k], B, Cc));
+          for (int j = 0; j < V; ++j) {
+            const float xB = sizeof(TX) == 2 ? fmaf(elem(xv[k][i], j), B, Cmu) : fmaf(elem(xv[k][i], j) - mu[k], B, Cc);
+            out[j] = fmaf(elem(dv[k][i], j), r[k] * w[j], xB);
+          }
           store_vec<TX, V>(static_cast<TX*>(a.dx) + row * a.dx_stride + c, out);
         }
       }

@@ -16,7 +16,10 @@ template <class TX, class TP>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached) {
-    auto kernel = p.nv == 2 ? kern::fwd_cached<TX, TP, 2> : kern::fwd_cached<TX, TP, 4>;
+    const bool small = p.block.x * p.block.y <= unsigned(kern::kFwdSmallThreads);
+    auto kernel = p.nv == 2 ? kern::fwd_cached<TX, TP, 2>
+                  : small   ? kern::fwd_cached<TX, TP, 4, true>
+                            : kern::fwd_cached<TX, TP, 4>;
     FwdArgs b = a;
     // One wave of resident blocks ahead: the group a block launched about one block lifetime later will read.
     if (p.prefetch) b.prefetch_ahead = int64_t(resident_blocks(kernel, p.block.x * p.block.y)) * p.sms;
