@@ -1,5 +1,6 @@
 // Hopper (sm_90) memory helpers in inline PTX: the bulk copy engine (global -> shared, completion counted on an
-// mbarrier) with an L2 eviction-priority hint, and stores into a cluster peer's shared memory counted the same way.
+// mbarrier) with an L2 eviction-priority hint, stores into a cluster peer's shared memory counted the same way, and
+// programmatic dependent launch.
 // Kernels that read a row once into shared memory use these; everything else keeps the plain loads of cuda_types.cuh.
 #pragma once
 
@@ -82,5 +83,12 @@ __device__ __forceinline__ void st_async_b64(uint32_t dst, uint64_t v, uint32_t 
                "r"(bar)
                : "memory");
 }
+
+// Programmatic dependent launch: a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start
+// while the kernel ahead of it in the stream still runs. grid_dependency_wait() holds it until that kernel has ended
+// and its writes are visible (a no-op in a kernel launched without the attribute); allow_dependents() lets the next
+// kernel, if so launched, start now rather than when this one's blocks exit.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 }  // namespace tigon::cuda

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/async_copy.cuh"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "cross_entropy/cross_entropy.h"
@@ -17,7 +18,10 @@
 namespace tigon::cross_entropy {
 namespace {
 
-constexpr int kSerialThreads = 256;
+// The one-block kernels read their rows kBatch at a time per thread, all loads in flight before any is used: a load
+// per row per step waited out DRAM latency 32 times over at 8192 rows (16 us for the totals, 9 for the outputs, 2% of
+// the whole cross entropy pass on an H200). Per thread, rows in increasing order; then a fixed tree: deterministic.
+constexpr int kSerialThreads = 512, kBatch = 8;
 
 // Sums three doubles over the block in a fixed tree (deterministic); the result is in thread 0.
 __device__ void block_sum3(double (&v)[3], double (*smem)[kSerialThreads]) {
@@ -31,19 +35,47 @@ __device__ void block_sum3(double (&v)[3], double (*smem)[kSerialThreads]) {
   for (int k = 0; k < 3; ++k) v[k] = smem[k][0];
 }
 
+// f(r) for this thread's rows r < n (threadIdx.x, + kSerialThreads, ...) in increasing order, kBatch rows' loads
+// (load(r)) issued before the first use.
+template <class Load, class Use>
+__device__ __forceinline__ void for_rows(int64_t n, Load load, Use use) {
+  using V = decltype(load(int64_t(0)));
+  for (int64_t r0 = threadIdx.x; r0 < n; r0 += int64_t(kSerialThreads) * kBatch) {
+    V v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t r = r0 + int64_t(j) * kSerialThreads;
+      if (r < n) v[j] = load(r);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t r = r0 + int64_t(j) * kSerialThreads;
+      if (r < n) use(r, v[j]);
+    }
+  }
+}
+
+__device__ __forceinline__ int64_t target_of(const RowArgs& a, int64_t r) {
+  return a.target64 ? static_cast<const int64_t*>(a.target)[r] : int64_t(static_cast<const int32_t*>(a.target)[r]);
+}
+
+// The row kernel after this one may start at once (launch_rows_as with follows_totals): it waits for these totals
+// only where it needs them, after its first pass over the row.
 __global__ void __launch_bounds__(kSerialThreads) totals_kernel(RowArgs a, float* totals) {
+  cuda::allow_dependents();
   __shared__ double smem[3][kSerialThreads];
   double v[3] = {0, 0, 0};  // W, C, sum of class weights
-  for (int64_t r = threadIdx.x; r < a.rows; r += kSerialThreads) {
-    const int64_t t = a.target64 ? static_cast<const int64_t*>(a.target)[r]
-                                 : int64_t(static_cast<const int32_t*>(a.target)[r]);
-    if (t == a.ignore_index) continue;
-    const bool in_range = t >= 0 && t < a.cols;
-    v[0] += a.weight ? (in_range ? double(a.weight[t]) : NAN) : 1.0;  // an unreadable weight poisons the mean
-    v[1] += 1.0;
-  }
+  for_rows(
+      a.rows, [&](int64_t r) { return target_of(a, r); },
+      [&](int64_t, int64_t t) {
+        if (t == a.ignore_index) return;
+        const bool in_range = t >= 0 && t < a.cols;
+        v[0] += a.weight ? (in_range ? double(a.weight[t]) : NAN) : 1.0;  // an unreadable weight poisons the mean
+        v[1] += 1.0;
+      });
   if (a.weight)
-    for (int64_t c = threadIdx.x; c < a.cols; c += kSerialThreads) v[2] += a.weight[c];
+    for_rows(
+        a.cols, [&](int64_t c) { return a.weight[c]; }, [&](int64_t, float w) { v[2] += w; });
   block_sum3(v, smem);
   if (threadIdx.x == 0) {
     totals[kWeightSum] = float(v[0]);
@@ -62,19 +94,23 @@ struct Outputs {
 __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outputs o) {
   __shared__ double smem[3][kSerialThreads];
   if (o.reduction == TIGON_REDUCTION_NONE) {
-    for (int64_t r = threadIdx.x; r < a.rows; r += kSerialThreads) {
-      o.loss[r] = a.row_ce[r] + a.row_z[r];
-      if (o.z_loss) o.z_loss[r] = a.row_z[r];
-      if (o.accuracy) o.accuracy[r] = a.row_correct[r];
-    }
+    for_rows(
+        a.rows, [&](int64_t r) { return make_float3(a.row_ce[r], a.row_z[r], a.row_correct[r]); },
+        [&](int64_t r, float3 x) {
+          o.loss[r] = x.x + x.y;
+          if (o.z_loss) o.z_loss[r] = x.y;
+          if (o.accuracy) o.accuracy[r] = x.z;
+        });
     return;
   }
   double v[3] = {0, 0, 0};
-  for (int64_t r = threadIdx.x; r < a.rows; r += kSerialThreads) {
-    v[0] += a.row_ce[r];
-    v[1] += a.row_z[r];
-    v[2] += a.row_correct[r];
-  }
+  for_rows(
+      a.rows, [&](int64_t r) { return make_float3(a.row_ce[r], a.row_z[r], a.row_correct[r]); },
+      [&](int64_t, float3 x) {
+        v[0] += x.x;
+        v[1] += x.y;
+        v[2] += x.z;
+      });
   block_sum3(v, smem);
   if (threadIdx.x != 0) return;
   const double count = a.totals[kCount];
@@ -184,7 +220,7 @@ void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   if (rows > 0) {
     const bool vec = rows_aligned(p.logits) && (!p.grad.data || rows_aligned(p.grad));
     const KernelChoice k = row_kernel_choice();
-    TIGON_SWITCH_FLOAT(p.logits.dtype, T, g_last_kernel = launch_rows_as<T>(a, vec, k, s));
+    TIGON_SWITCH_FLOAT(p.logits.dtype, T, g_last_kernel = launch_rows_as<T>(a, vec, k, s, /*follows_totals=*/true));
   }
   launch_finish(a, p.loss, p.z_loss, p.accuracy, p.reduction, s);
 }

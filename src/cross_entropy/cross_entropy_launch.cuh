@@ -118,18 +118,23 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
 
 // Launches the cluster kernel with plan p, one cluster per row. False (and nothing launched, no error left behind)
 // when the cluster cannot be placed or the launch is refused, so the caller tries another size or the classic kernel.
+// With pdl, launched as a programmatic dependent of the kernel before it in the stream (the totals kernel, which
+// allows it at once): the row kernel's blocks start their copy and first pass while that kernel ends, and wait for
+// its totals only before finish_row. Refused, it launches plainly.
 template <class T, int O>
-bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream) {
+bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream, bool pdl) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
   const auto kernel = kern::cluster_rows_kernel<T, O>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
   allow_max_smem(key, d, dev);
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(p.csize);
   attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // a multiple of the cluster size
   cfg.blockDim = dim3(unsigned(p.threads));
@@ -139,6 +144,12 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   cfg.numAttrs = 1;
   const int resident = active_clusters(key, cfg, dev);
   if (resident == 0) return false;
+  if (pdl) {
+    cfg.numAttrs = 2;
+    if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    cfg.numAttrs = 1;
+  }
   if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
@@ -173,7 +184,7 @@ inline const char* cluster_name(int csize) {
 }
 
 template <class T>
-const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaStream_t stream) {
+const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaStream_t stream, bool follows_totals) {
   RowArgs a = args;
   a.inv_softcap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
   const char* ran = "classic";
@@ -185,13 +196,13 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
       const ClusterPlan first = cluster_plan(nvec, k.cluster, d, k.threads);
-      if (launch_cluster<T, O>(a, first, d, stream)) {
+      if (launch_cluster<T, O>(a, first, d, stream, follows_totals)) {
         ran = cluster_name(first.csize);
         return;
       }
       for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
         const ClusterPlan p = cluster_plan(nvec, c, d);
-        if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream)) {
+        if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream, follows_totals)) {
           ran = cluster_name(c);
           return;
         }
@@ -221,9 +232,9 @@ void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream) {
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
-#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                                     \
-  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);                            \
-  template const char* launch_rows_as<T>(const RowArgs&, bool, KernelChoice, cudaStream_t);    \
+#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                                      \
+  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);                             \
+  template const char* launch_rows_as<T>(const RowArgs&, bool, KernelChoice, cudaStream_t, bool); \
   template void launch_scale<T>(const ScaleArgs&, bool, cudaStream_t);
 
 }  // namespace tigon::cross_entropy

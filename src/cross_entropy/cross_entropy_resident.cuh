@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
   st = block_merge(st, warp_stats, a);
   const RowStats r = exchange_stats(st, rank_slots, &stat_bar, a.want_arg, a.smoothing > 0.f);
+  cuda::grid_dependency_wait();  // launched as the totals kernel's dependent: its totals, which finish_row reads
   const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
   if (!grad) return;
 
