@@ -4,7 +4,8 @@ against the bytes of one read and one write of the logits. Also for Nsight Compu
 `ncu -k regex:"rows_kernel" python3 scripts/profile_cross_entropy.py --reps 1 cluster classic`.
 
     python3 scripts/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [--loss-only] [variant ...]
-Variants: cluster (the launcher's size), cluster1, cluster2, cluster4, cluster8, classic.
+Variants: cluster (the launcher's plan), cluster<N> (N = 1-8 blocks per row), either with -t<threads> (threads per
+block: cluster7-t128), classic.
 --loss-only times the forward without a gradient (one read of the logits; the bytes are those of the read).
 """
 import argparse
@@ -26,7 +27,7 @@ ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
 ap.add_argument("variants", nargs="*",
-                default=["cluster", "cluster4", "cluster8", "classic"])
+                default=["cluster", "cluster4", "cluster7", "classic"])
 args = ap.parse_args()
 
 M, V = map(int, args.shape.split("x"))
