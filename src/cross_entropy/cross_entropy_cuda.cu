@@ -13,6 +13,7 @@
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "cross_entropy/cross_entropy.h"
+#include "cross_entropy/cross_entropy_kernels.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
 
 namespace tigon::cross_entropy {
@@ -55,10 +56,6 @@ __device__ __forceinline__ void for_rows(int64_t n, Load load, Use use) {
   }
 }
 
-__device__ __forceinline__ int64_t target_of(const RowArgs& a, int64_t r) {
-  return a.target64 ? static_cast<const int64_t*>(a.target)[r] : int64_t(static_cast<const int32_t*>(a.target)[r]);
-}
-
 // The row kernel after this one may start at once (launch_rows_as with follows_totals): it waits for these totals
 // only where it needs them, after its first pass over the row.
 __global__ void __launch_bounds__(kSerialThreads) totals_kernel(RowArgs a, float* totals) {
@@ -66,7 +63,7 @@ __global__ void __launch_bounds__(kSerialThreads) totals_kernel(RowArgs a, float
   __shared__ double smem[3][kSerialThreads];
   double v[3] = {0, 0, 0};  // W, C, sum of class weights
   for_rows(
-      a.rows, [&](int64_t r) { return target_of(a, r); },
+      a.rows, [&](int64_t r) { return kern::load_target(a, r); },
       [&](int64_t, int64_t t) {
         if (t == a.ignore_index) return;
         const bool in_range = t >= 0 && t < a.cols;

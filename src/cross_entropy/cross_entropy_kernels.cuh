@@ -263,8 +263,21 @@ __device__ __forceinline__ RowStats group_merge(const RowStats& v, int width, bo
   return r;
 }
 
+// n entries (n <= 32, get(j) returns entry j) merged in every lane of every warp: lane l takes entry l mod width, width
+// being n rounded up to a power of two, so every group of width lanes merges the same values to the same bits; lanes
+// past the last entry take nothing (-inf, 0, no column). The block merge and the cluster exchange both end with it.
+template <class Get>
+__device__ __forceinline__ RowStats merge_entries(int n, Get get, bool want_arg, bool smooth) {
+  int width = 1;
+  while (width < n) width *= 2;
+  const int j = int(threadIdx.x & 31) & (width - 1);
+  RowStats v;
+  if (j < n) v = get(j);
+  return group_merge(v, width, want_arg, smooth);
+}
+
 // The block's merged stats, in every thread: each warp's by group_merge, then every warp merges all warps' (smem
-// holds one RowStats per warp) by group_merge over the warp count rounded up to a power of two.
+// holds one RowStats per warp) by merge_entries.
 __device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem, const RowArgs& a) {
   v.s += v.s2;
   const bool smooth = a.smoothing > 0.f;
@@ -274,17 +287,14 @@ __device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem, cons
   __syncthreads();  // the previous row's readers are done with smem
   if (lane == 0) put(&smem[threadIdx.x / 32], v);
   __syncthreads();
-  int width = 1;
-  while (width < warps) width *= 2;
-  // Lane l takes warp (l mod width)'s, so every group of width lanes (each warp has 32 / width) merges the same
-  // values; past the last warp, nothing (-inf, 0, no column).
-  const int src = lane & (width - 1);
-  RowStats w;
-  if (src < warps) {
-    const RowStats& e = smem[src];
-    w.m = e.m, w.s = e.s, w.best = e.best, w.arg = e.arg, w.wx = e.wx;
-  }
-  return group_merge(w, width, a.want_arg, smooth);
+  return merge_entries(
+      warps,
+      [&](int j) {
+        RowStats w;  // the fields put() wrote
+        w.m = smem[j].m, w.s = smem[j].s, w.best = smem[j].best, w.arg = smem[j].arg, w.wx = smem[j].wx;
+        return w;
+      },
+      a.want_arg, smooth);
 }
 
 // The gradient's coefficients (see cross_entropy_ref.cpp for the same in fp64):

@@ -61,14 +61,14 @@ __device__ __forceinline__ RowStats exchange_stats(const RowStats& st, StatSlot 
     cuda::st_async_b64(dst + 16, uint64_t(st.arg), rbar);
   }
   cuda::mbar_wait(bar, 0);
-  // Every warp merges the csize slots by butterflies over the size rounded up to a power of two, lane l taking slot
-  // l mod width (past the last slot: nothing), as block_merge does the warps': the same bits in every block.
-  int width = 1;
-  while (width < csize) width *= 2;
-  const int j = int(threadIdx.x & 31) & (width - 1);
-  RowStats v;
-  if (j < csize) v.m = slots[j].m, v.s = slots[j].s, v.best = slots[j].best, v.wx = slots[j].wx, v.arg = slots[j].arg;
-  return group_merge(v, width, want_arg, smooth);
+  return merge_entries(
+      csize,
+      [&](int j) {
+        RowStats v;
+        v.m = slots[j].m, v.s = slots[j].s, v.best = slots[j].best, v.wx = slots[j].wx, v.arg = slots[j].arg;
+        return v;
+      },
+      want_arg, smooth);
 }
 
 // The last block's columns after the whole vectors (fewer than V, from global memory), one per thread from c0, into
