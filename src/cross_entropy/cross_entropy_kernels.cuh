@@ -377,15 +377,31 @@ __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, ui
   for (; k < end; k += step) store(k, grad_vec<T, O, kFold>(load(k), int64_t(k) * V, kc, a));
 }
 
+// What finish_row reads from global memory besides the statistics: the totals (the totals kernel's) and the target's
+// class weight. Loaded together, ahead of the block's merges and the cluster's exchange, so one memory round trip
+// overlaps them; read inside finish_row, after the writer's stores (which the compiler must assume may alias them),
+// they cost two serial round trips at the end of every row of every block.
+struct RowTotals {
+  float weight_sum, count, weight_all;  // kWeightSum, kCount, and kWeightAll (or V without class weights)
+  float wt;                             // the target's class weight (NaN for a target out of range)
+};
+__device__ __forceinline__ RowTotals load_totals(const RowArgs& a, int64_t t) {
+  const bool in_range = t >= 0 && t < a.cols;
+  RowTotals r;
+  r.weight_sum = a.totals[kWeightSum];
+  r.count = a.totals[kCount];
+  r.weight_all = a.weight ? a.totals[kWeightAll] : float(a.cols);
+  r.wt = in_range ? (a.weight ? a.weight[t] : 1.f) : NAN;
+  return r;
+}
+
 // The row's loss terms from its merged statistics (written when `writer`) and its gradient's coefficients. xt: the
 // soft-capped target logit (NaN for a target out of range, which makes the row's loss and gradient NaN).
 __device__ __forceinline__ GradCoef finish_row(const RowArgs& a, int64_t row, int64_t t, float xt, const RowStats& st,
-                                               bool writer) {
-  const bool in_range = t >= 0 && t < a.cols;
+                                               const RowTotals& tot, bool writer) {
   const float lse = st.m + __logf(st.s);
   const float eps = a.smoothing, eps_v = eps / float(a.cols);
-  const float wt = in_range ? (a.weight ? a.weight[t] : 1.f) : NAN;
-  const float weight_all = a.weight ? a.totals[kWeightAll] : float(a.cols);
+  const float wt = tot.wt, weight_all = tot.weight_all;
   if (writer) {
     float ce = (1.f - eps) * wt * (lse - xt);
     if (eps > 0.f) ce += eps_v * (lse * weight_all - st.wx);
@@ -393,8 +409,8 @@ __device__ __forceinline__ GradCoef finish_row(const RowArgs& a, int64_t row, in
     a.row_z[row] = a.z_scale * lse * lse;
     a.row_correct[row] = a.want_arg && st.arg == t ? 1.f : 0.f;
   }
-  const float ce_scale = a.mean ? 1.f / a.totals[kWeightSum] : 1.f;
-  const float z_scale = a.mean ? 1.f / a.totals[kCount] : 1.f;
+  const float ce_scale = a.mean ? 1.f / tot.weight_sum : 1.f;
+  const float z_scale = a.mean ? 1.f / tot.count : 1.f;
   GradCoef k;
   k.t = t;
   k.a = ce_scale * ((1.f - eps) * wt + eps_v * weight_all) + z_scale * 2.f * a.z_scale * lse;
@@ -456,8 +472,9 @@ __global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
     if (a.want_arg)
       resolve_arg<T, U>(st, int64_t(step) * V, int64_t(tid) * V, tail0, [&](int64_t c) { return xv[c / V]; });
     for (int64_t c = tail0 + tid; c < a.cols; c += step) accumulate1<O>(st, to_f<T>(x[c]), c, a);
+    const RowTotals tot = load_totals(a, t);
     st = block_merge(st, smem, a);
-    const GradCoef k = finish_row(a, row, t, capped<O>(xr, a), st, tid == 0);
+    const GradCoef k = finish_row(a, row, t, capped<O>(xr, a), st, tot, tid == 0);
     if (!grad) continue;
 
     with_fold(k, [&](auto fold) {
@@ -487,8 +504,9 @@ __global__ void __launch_bounds__(kMaxThreads) scalar_rows_kernel(RowArgs a) {
     const float xt = t >= 0 && t < a.cols ? capped<O>(to_f<T>(x[t]), a) : NAN;  // before pass 2 (in place)
     RowStats st;
     for (int64_t c = tid; c < a.cols; c += step) accumulate1<O>(st, to_f<T>(x[c]), c, a);
+    const RowTotals tot = load_totals(a, t);
     st = block_merge(st, smem, a);
-    const GradCoef k = finish_row(a, row, t, xt, st, tid == 0);
+    const GradCoef k = finish_row(a, row, t, xt, st, tot, tid == 0);
     if (!grad) continue;
     with_fold(k, [&](auto fold) {
       for (int64_t c = tid; c < a.cols; c += step)

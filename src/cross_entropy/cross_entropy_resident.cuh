@@ -145,10 +145,11 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
     resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
                       [&](int64_t c) { return from_slice(uint32_t(c / V)); });
   const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
+  cuda::grid_dependency_wait();  // launched as the totals kernel's dependent: its totals, which finish_row reads
+  const RowTotals tot = load_totals(a, t);  // in flight through the merges and the exchange
   st = block_merge(st, warp_stats, a);
   const RowStats r = exchange_stats(st, rank_slots, &stat_bar, a.want_arg, a.smoothing > 0.f);
-  cuda::grid_dependency_wait();  // launched as the totals kernel's dependent: its totals, which finish_row reads
-  const GradCoef k = finish_row(a, row, t, xt, r, rank == 0 && tid == 0);
+  const GradCoef k = finish_row(a, row, t, xt, r, tot, rank == 0 && tid == 0);
   if (!grad) return;
 
   with_fold(k, [&](auto fold) {
