@@ -109,6 +109,10 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       for (int64_t k = v0 + tid; k < v_end; k += nthr) __stcg(gv + k, make_uint4(0, 0, 0, 0));
       if (tid < tail) grad[nvec * V + tid] = from_f<T>(0.f);
     }
+    // Launched as the totals kernel's dependent, no block may end before the totals do: the finish kernel after this
+    // one waits for this grid alone, and reads the totals (a grid of ignored rows only would otherwise let it run
+    // while the totals kernel still writes them).
+    cuda::grid_dependency_wait();
     return;  // no block touches another's shared memory, so each may leave at once
   }
   // Thread 0 starts every piece of the copy at once: the whole slice is in flight while the statistics follow it.
