@@ -217,11 +217,9 @@ void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   if (rows > 0) {
     const bool vec = rows_aligned(p.logits) && (!p.grad.data || rows_aligned(p.grad));
     const KernelChoice k = row_kernel_choice();
-    // Not yet as the totals kernel's programmatic dependent (follows_totals): with every row ignored, no block of the
-    // row kernel waits for the totals kernel, so the row grid could end first and the finish kernel, which waits for
-    // the row grid alone, read the totals early. Branch wip/ce-finish-loads makes those blocks wait too; until it has
-    // run on a GPU, plain stream order (bench/NOTES.md, "Next steps").
-    TIGON_SWITCH_FLOAT(p.logits.dtype, T, g_last_kernel = launch_rows_as<T>(a, vec, k, s, /*follows_totals=*/false));
+    // As the totals kernel's programmatic dependent: every block of the cluster kernel waits for the totals kernel
+    // before it ends (ignored rows too), so the finish kernel, which waits for the row grid alone, sees the totals.
+    TIGON_SWITCH_FLOAT(p.logits.dtype, T, g_last_kernel = launch_rows_as<T>(a, vec, k, s, /*follows_totals=*/true));
   }
   launch_finish(a, p.loss, p.z_loss, p.accuracy, p.reduction, s);
 }
