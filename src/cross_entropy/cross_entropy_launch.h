@@ -69,6 +69,9 @@ RowArgs loss_args(const FwdProblem& p, int64_t rows, float* ws);
 // of rows (fused linear + cross entropy): the totals of all a.rows rows into `totals` before the first chunk, and the
 // outputs from the per-row partials of all a.rows rows after the last.
 void launch_totals(const RowArgs& a, float* totals, cudaStream_t stream);
-void launch_finish(const RowArgs& a, float* loss, float* z_loss, float* accuracy, int reduction, cudaStream_t stream);
+// follows_rows: launched right after the row kernel (or launch_totals) on the same stream, as its programmatic
+// dependent.
+void launch_finish(const RowArgs& a, float* loss, float* z_loss, float* accuracy, int reduction, cudaStream_t stream,
+                   bool follows_rows = false);
 
 }  // namespace tigon::cross_entropy

@@ -101,6 +101,9 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
   T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
   const int64_t t = load_target(a, row);
+  // The finish kernel, launched as this grid's programmatic dependent, may start once every block has started; it
+  // waits for this grid's end before reading anything.
+  cuda::allow_dependents();
 
   if (t == a.ignore_index) {  // the same in every block of the cluster: none of them reads or exchanges anything
     if (rank == 0 && tid == 0) write_ignored(a, row);
