@@ -37,12 +37,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
-// Orders this thread's earlier generic-proxy accesses to shared memory (after a block barrier: the block's) before
-// later bulk copies into it (the async proxy): a buffer read by the threads, then refilled by the copy engine.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // The L2 policy for bytes read for the last time: evict them first.
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;

@@ -6,8 +6,9 @@
 // from shared memory.
 //
 // One cluster per row. The launcher sizes slices so that several blocks share an SM (six of ~36 KB for 128256 bf16
-// logits) and their phases (loading, computing, writing) overlap, as far as the block scheduler staggers them. A persistent form (as many clusters as are resident, each walking rows,
-// its buffer refilled for the next row) ran 2-6% slower on an H200 with either refill order (bench/NOTES.md).
+// logits) and their phases (loading, computing, writing) overlap, as far as the block scheduler staggers them. A
+// persistent form (as many clusters as are resident, each walking rows, its buffer refilled for the next row) ran 2-6%
+// slower on an H200 with either refill order (bench/NOTES.md).
 #pragma once
 
 #include <cooperative_groups.h>
