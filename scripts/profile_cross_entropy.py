@@ -7,6 +7,7 @@ against the bytes of one read and one write of the logits. Also for Nsight Compu
 Variants: cluster (the launcher's plan), cluster<N> (N = 1-8 blocks per row), either with -t<threads> (threads per
 block: cluster7-t128), classic.
 --loss-only times the forward without a gradient (one read of the logits; the bytes are those of the read).
+--ignore-every N: every Nth target is ignore_index (default 17, as in the benchmark; 0: none).
 """
 import argparse
 import ctypes
@@ -26,6 +27,7 @@ ap.add_argument("--shape", default="8192x128256")
 ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
+ap.add_argument("--ignore-every", type=int, default=17)
 ap.add_argument("variants", nargs="*",
                 default=["cluster", "cluster4", "cluster7", "classic"])
 args = ap.parse_args()
@@ -35,7 +37,8 @@ dev = torch.device("cuda")
 gen = torch.Generator(device=dev).manual_seed(0)
 x0 = (torch.randn(M, V, generator=gen, device=dev) * 2).to(getattr(torch, args.dtype))
 t = torch.randint(0, V, (M,), generator=gen, device=dev)
-t[::17] = -100
+if args.ignore_every > 0:
+    t[::args.ignore_every] = -100
 nbytes = (1 if args.loss_only else 2) * M * V * x0.element_size()
 if args.loss_only:  # (logits, target, weight, ignore_index, smoothing, z, softcap, reduction, need_grad)
     fwd_ = lambda x, *a: torch.ops.tigon.cross_entropy_fwd(x, *a, False)  # noqa: E731

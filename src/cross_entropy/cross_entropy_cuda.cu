@@ -123,8 +123,9 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 }
 
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default), "cluster<N>" (N = 1-8 blocks per row, forced),
-// either with "-t<threads>" (threads per block, forced: a multiple of 32 up to kClusterMaxThreads; "cluster7-t128"),
-// or "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
+// either with, in this order, "-t<threads>" (threads per block: a multiple of 32 up to kClusterMaxThreads),
+// "-a<vectors>" (slices a multiple of 1-64 vectors instead of odd) and "-p<vectors>" (0-64 added to every slice), as
+// in "cluster7-t128-a8"; or "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
   if (std::strcmp(name, "classic") == 0) {
     *k = {RowKernel::kClassic, 0};
@@ -135,14 +136,19 @@ bool parse_choice(const char* name, KernelChoice* k) {
   const char* rest = name + std::strlen(prefix);
   KernelChoice c;
   if (*rest >= '1' && *rest <= '8') c.cluster = *rest++ - '0';
-  if (rest[0] == '-' && rest[1] == 't') {
+  // An optional "-<letter><value>" (lo <= value <= hi, a multiple of step) into *out; false: malformed.
+  const auto suffix = [&](char letter, long lo, long hi, long step, int* out) {
+    if (rest[0] != '-' || rest[1] != letter) return true;
     char* end = nullptr;
-    const long t = std::strtol(rest + 2, &end, 10);
-    if (end == rest + 2 || t < 32 || t > kClusterMaxThreads || t % 32 != 0) return false;
-    c.threads = int(t);
+    const long v = std::strtol(rest + 2, &end, 10);
+    if (end == rest + 2 || v < lo || v > hi || v % step != 0) return false;
+    *out = int(v);
     rest = end;
-  }
-  if (*rest) return false;
+    return true;
+  };
+  if (!suffix('t', 32, kClusterMaxThreads, 32, &c.threads) || !suffix('a', 1, 64, 1, &c.align) ||
+      !suffix('p', 0, 64, 1, &c.pad) || *rest)
+    return false;
   *k = c;
   return true;
 }
@@ -152,13 +158,17 @@ KernelChoice env_choice() {
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster<1-8>, ",
-         "cluster[<1-8>]-t<threads>, classic");
+         "cluster[<1-8>][-t<threads>][-a<vectors>][-p<vectors>], classic");
   return k;
 }
 
 // A test's override (tigon_testing_cross_entropy_kernel), encoded by encode(); -1: none.
-int encode(const KernelChoice& k) { return int(k.kind) + 2 * k.cluster + 32 * (k.threads / 32); }
-KernelChoice decode(int o) { return {RowKernel(o % 2), (o / 2) % 16, 32 * (o / 32)}; }
+int encode(const KernelChoice& k) {
+  return int(k.kind) | k.cluster << 1 | (k.threads / 32) << 5 | k.align << 9 | k.pad << 16;
+}
+KernelChoice decode(int o) {
+  return {RowKernel(o & 1), (o >> 1) & 15, 32 * ((o >> 5) & 15), (o >> 9) & 127, (o >> 16) & 127};
+}
 std::atomic<int> g_override{-1};
 thread_local const char* g_last_kernel = "";
 

@@ -47,35 +47,46 @@ inline DeviceLimits device_limits() {
 
 // The cluster kernel's split of a row of nvec 16-byte vectors over its blocks, one buffer each. By default the fewest
 // blocks per row that let kBlocksPerSm of them share an SM, else the size that lets the most share one (the fewest
-// blocks among ties), with ~16 vectors per thread: more, smaller blocks per SM, each at its own phase of its row
-// (waiting on its copy, computing, writing), keep more bytes moving. bf16 x 128256 on an H200: 7 blocks of 36 KB, 6 per
-// SM, 128 threads each ran 1132 us against 1187 for 4 blocks of 63 KB, 3 per SM, 256 threads (bench/NOTES.md).
-// `forced` (1-8) and `threads` ask for a size and a block, where they fit. csize 0: the row does not fit in 8 blocks.
+// blocks among ties), with ~16 vectors per thread: several blocks per SM, each at its own phase of its row (waiting on
+// its copy, computing, writing), keep bytes moving. Slices are an odd number of vectors (the last block takes what is
+// left). bf16 x 128256 on an H200: 5 blocks of 3207 vectors (50 KB, 4 per SM) ran ~1% faster than 7 of 2291 (36 KB,
+// 6 per SM); slices of 4008 vectors ran 3% slower than 4009, and 2296 or 2304 5% slower than 2291 (bench/NOTES.md,
+// sixth session: an effect of the slices' addresses that a skeleton of the kernel without its loss math does not
+// show; measured, not understood). Without a gradient (one read, no writes) more, smaller blocks keep more reads in
+// flight: 7 of 2291 vectors, 6 per SM, ran 0.63 ms against 0.69 for 5 of 3207. `forced` (1-8), `threads`, `align`
+// (slices a multiple of this many vectors instead of odd) and `pad` (vectors added) are for measurements.
+// csize 0: the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
   size_t smem = 0;  // dynamic shared memory: the buffer
   kern::SliceShape sh;
 };
-constexpr int kBlocksPerSm = 6;  // more did not help: non-portable clusters of 9-16 smaller blocks ran 4-30% slower
+constexpr int kBlocksPerSm = 4, kBlocksPerSmLossOnly = 6;  // (non-portable clusters of 9-16 blocks ran 4-30% slower)
 // Shared memory per block besides the buffer: the kernel's static arrays (kern::kStaticSmemBytes) and the 1 KB the
 // system reserves per block.
 constexpr int64_t kBlockSmemOverhead = kern::kStaticSmemBytes + 1024;
 
-inline ClusterPlan cluster_plan(int64_t nvec, int forced, const DeviceLimits& d, int threads = 0) {
+inline ClusterPlan cluster_plan(int64_t nvec, bool grad, int forced, const DeviceLimits& d, int threads = 0,
+                                int align = 0, int pad = 0) {
   const int64_t fit = d.smem_block - kern::kStaticSmemBytes;
-  const auto slice_bytes = [&](int c) { return (nvec + c - 1) / c * 16; };
+  const int64_t per_sm_wanted = grad ? kBlocksPerSm : kBlocksPerSmLossOnly;
+  const auto slice_vecs = [&](int c) {
+    const int64_t even = (nvec + c - 1) / c;
+    return std::max<int64_t>(1, (align > 0 ? (even + align - 1) / align * align : even | 1) + pad);
+  };
+  const auto slice_bytes = [&](int c) { return slice_vecs(c) * 16; };
   ClusterPlan p;
   if (forced > 0 && forced <= kern::kMaxCluster && slice_bytes(forced) <= fit) {
     p.csize = forced;
   } else {  // a forced size that does not fit: as if unforced
     for (int c = 1, most = 0; c <= kern::kMaxCluster; ++c) {
       if (slice_bytes(c) > fit) continue;
-      const int per_sm = int(std::min<int64_t>(d.smem_sm / (slice_bytes(c) + kBlockSmemOverhead), kBlocksPerSm));
+      const int per_sm = int(std::min<int64_t>(d.smem_sm / (slice_bytes(c) + kBlockSmemOverhead), per_sm_wanted));
       if (per_sm > most) most = per_sm, p.csize = c;
     }
   }
   if (p.csize == 0) return p;
-  p.sh.slice_vecs = std::max<int64_t>(1, (nvec + p.csize - 1) / p.csize);
+  p.sh.slice_vecs = slice_vecs(p.csize);
   p.threads = threads > 0 ? threads
                           : int(std::clamp<int64_t>((p.sh.slice_vecs / 16 + 16) / 32 * 32, 64, kern::kClusterThreads));
   // Pieces of whole groups per thread (the statistics start on the first; 8 KB at 128 threads), at most kMaxPieces.
@@ -195,13 +206,13 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
       // The planned size first, then any other that fits; never a launch error for the choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
-      const ClusterPlan first = cluster_plan(nvec, k.cluster, d, k.threads);
+      const ClusterPlan first = cluster_plan(nvec, a.grad != nullptr, k.cluster, d, k.threads, k.align, k.pad);
       if (launch_cluster<T, O>(a, first, d, stream, follows_totals)) {
         ran = cluster_name(first.csize);
         return;
       }
       for (int c = 1; c <= kern::kMaxCluster; c *= 2) {
-        const ClusterPlan p = cluster_plan(nvec, c, d);
+        const ClusterPlan p = cluster_plan(nvec, a.grad != nullptr, c, d);
         if (p.csize == c && c != first.csize && launch_cluster<T, O>(a, p, d, stream, follows_totals)) {
           ran = cluster_name(c);
           return;

@@ -46,6 +46,8 @@ struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
   int cluster = 0;  // kCluster: blocks per row (1-8), 0: the launcher's
   int threads = 0;  // kCluster: threads per block (a multiple of 32 up to kClusterMaxThreads), 0: the launcher's
+  int align = 0;    // kCluster: slices a multiple of this many 16-byte vectors (1-64), 0: odd (the launcher's)
+  int pad = 0;      // kCluster: vectors added to every slice (0-64; for measurements)
 };
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();
