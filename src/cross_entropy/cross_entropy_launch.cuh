@@ -71,8 +71,8 @@ inline ClusterPlan cluster_plan(int64_t nvec, bool grad, int forced, const Devic
   const int64_t fit = d.smem_block - kern::kStaticSmemBytes;
   const int64_t per_sm_wanted = grad ? kBlocksPerSm : kBlocksPerSmLossOnly;
   const auto slice_vecs = [&](int c) {
-    const int64_t even = (nvec + c - 1) / c;
-    return std::max<int64_t>(1, (align > 0 ? (even + align - 1) / align * align : even | 1) + pad);
+    const int64_t share = (nvec + c - 1) / c;  // rounded up to odd, or to a multiple of align
+    return std::max<int64_t>(1, (align > 0 ? (share + align - 1) / align * align : share | 1) + pad);
   };
   const auto slice_bytes = [&](int c) { return slice_vecs(c) * 16; };
   ClusterPlan p;
