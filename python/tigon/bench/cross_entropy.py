@@ -68,8 +68,8 @@ def _time_impl(fn, overwrites, x, t, ctx, impl: str) -> dict:
     xg = fresh()
     peak = peak_extra_mib(lambda: torch.autograd.grad(fn(xg, t), xg), device)
     out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak}
-    try:  # steady state; implementations that write over the logits then run on gradients, which costs the same
-        out.update(stream_fwd_full(fn, (x, t), (0,), None, fwd_ms, full_ms, ctx))
+    try:  # steady state; implementations that write over the logits get fresh logits for every call
+        out.update(stream_fwd_full(fn, (x, t), (0,), None, fwd_ms, full_ms, ctx, overwrites))
     except Exception as e:
         ctx.note(f"{OP} {impl}: CUDA graph timing failed, no steady-state time ({type(e).__name__}: {str(e)[:100]})")
     return out

@@ -57,7 +57,9 @@ def make_impls(label: str, factories: dict, args, ctx, *extra) -> dict:
 def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> dict:
     """Times fn(*inputs): forward alone (no grad), backward alone (a fresh forward before each timed iteration,
     outside the timed region), forward + backward, the same two replayed from a CUDA graph, and the peak extra memory
-    of one forward + backward. grad_of: indices of the inputs that get gradients; grads: the output gradient(s)."""
+    of one forward + backward. grad_of: indices of the inputs that get gradients; grads: the output gradient(s).
+    fn.overwrites_inputs (optional): its backward writes over its inputs (in-place gradients), so the steady-state
+    timing gives each call fresh inputs."""
     device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
     with torch.no_grad():
         fwd_ms = time_ms(lambda: fn(*inputs), device, reps, warmup)
@@ -76,15 +78,18 @@ def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> d
         with torch.no_grad():
             out["fwd_graph_ms"] = graph_time_ms(lambda: fn(*inputs), device, reps, warmup)
         out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
-        out.update(stream_fwd_full(fn, inputs, grad_of, grads, out["fwd_ms"], out["full_ms"], ctx))
+        out.update(stream_fwd_full(fn, inputs, grad_of, grads, out["fwd_ms"], out["full_ms"], ctx,
+                                   getattr(fn, "overwrites_inputs", False)))
     except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
         ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
     return out
 
 
-def stream_fwd_full(fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, full_est: float, ctx) -> dict:
+def stream_fwd_full(fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, full_est: float, ctx,
+                    overwrites: bool = False) -> dict:
     """Steady-state device time of the forward and of forward + backward (stream_time_ms), on rotated input copies
-    (the inputs that get gradients are leaves of their own in each copy)."""
+    (the inputs that get gradients are leaves of their own in each copy). overwrites: forward + backward writes over
+    its inputs, so each of its calls gets a fresh copy (stream_time_ms's fresh)."""
     if ctx.device.type != "cuda":
         return {}
     sets = rotated_copies(tuple(t.detach().requires_grad_(i in grad_of) if isinstance(t, torch.Tensor) else t
@@ -95,7 +100,8 @@ def stream_fwd_full(fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, fu
 
     with torch.no_grad():
         fwd = stream_time_ms(fn, sets, ctx.device, fwd_est, ctx.stream_reps)
-    out = {"fwd_dev_ms": fwd, "full_dev_ms": stream_time_ms(full, sets, ctx.device, full_est, ctx.stream_reps)}
+    out = {"fwd_dev_ms": fwd,
+           "full_dev_ms": stream_time_ms(full, sets, ctx.device, full_est, ctx.stream_reps, fresh=overwrites)}
     del sets
     return out
 

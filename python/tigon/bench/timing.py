@@ -111,14 +111,21 @@ def rotated_copies(tensors: tuple, device: torch.device) -> list[tuple]:
 
 
 def stream_time_ms(fn: Callable, arg_sets: list[tuple], device: torch.device, est_ms: float, reps: int = 10,
-                   target_ms: float = 5.0) -> float | None:
+                   target_ms: float = 5.0, fresh: bool = False) -> float | None:
     """Device milliseconds per call in steady state: one CUDA graph of back-to-back fn(*args) calls cycling through
     arg_sets (rotated_copies: every call reads its inputs from HBM), replayed reps times; median replay / calls. No
     flush and no launch gaps inside the graph, so this is the throughput of a GPU-bound training step, the number a
-    kernel's bandwidth is judged by. est_ms (an eager time) sizes the graph to about target_ms. None off the GPU."""
+    kernel's bandwidth is judged by. est_ms (an eager time) sizes the graph to about target_ms. None off the GPU.
+
+    fresh, for calls that write over their inputs (a gradient over the logits): every call in the graph gets its own
+    copy of arg_sets[0]'s tensors, all restored from arg_sets[0] (and L2 flushed) before each replay, outside the
+    timed region. Cycling through a few copies would have most calls read what an earlier call wrote (a gradient
+    instead of logits), which can run at another speed than real data (bench/NOTES.md, seventh session)."""
     if device.type != "cuda":
         return None
     calls = max(len(arg_sets), min(400, round(target_ms / max(est_ms, 1e-3))))
+    if fresh:
+        return _fresh_stream_time_ms(fn, arg_sets[0], device, calls, reps)
     calls -= calls % len(arg_sets)
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -133,6 +140,32 @@ def stream_time_ms(fn: Callable, arg_sets: list[tuple], device: torch.device, es
     ms = time_ms(graph.replay, device, reps, warmup=2, flush=False)
     del graph
     return ms / calls
+
+
+def _fresh_stream_time_ms(fn: Callable, src: tuple, device: torch.device, calls: int, reps: int) -> float:
+    nbytes = sum(t.numel() * t.element_size() for t in src if isinstance(t, torch.Tensor))
+    free, _ = torch.cuda.mem_get_info(device)  # never crowd out the run: the copies get at most a quarter of it
+    calls = max(1, min(calls, free // 4 // max(nbytes, 1)))
+    clone = lambda t: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t  # noqa
+    copies = [tuple(clone(t) for t in src) for _ in range(calls)]
+
+    def restore():
+        with torch.no_grad():
+            for c in copies:
+                for dst, s in zip(c, src):
+                    if isinstance(dst, torch.Tensor):
+                        dst.copy_(s)
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm up outside capture: lazy init, autotuning, workspace sizes
+        fn(*copies[0])
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in copies:
+            fn(*c)
+    return time_ms(lambda _: graph.replay(), device, reps, warmup=2, flush=True, setup=restore) / calls
 
 
 def measure_copy_bandwidth(device: torch.device, nbytes: int | None = None, reps: int = 20) -> float:
