@@ -8,6 +8,11 @@ Variants: cluster (the launcher's plan), cluster<N> (N = 1-8 blocks per row), ei
 block), -a<N> / -p<N> (slices a multiple of N vectors / N vectors added: cluster7-t128-a8), classic.
 --loss-only times the forward without a gradient (one read of the logits; the bytes are those of the read).
 --ignore-every N: every Nth target is ignore_index (default 17, as in the benchmark; 0: none).
+--steady also times back-to-back calls in one CUDA graph on rotated input copies (the benchmark's steady device time,
+the metric of the bars), after the single call with L2 flushed; the two can rank variants differently. "steady" is
+in place, each call on its own fresh copy of the logits, as the benchmark; "cyc" in place cycling through two copies
+(the benchmark's method before the seventh session: most calls read an earlier call's gradient); "oop" writes the
+gradient to another buffer (the same bytes move).
 """
 import argparse
 import ctypes
@@ -16,7 +21,7 @@ import torch
 
 import tigon  # noqa: F401  (registers the ops)
 from tigon import _lib
-from tigon.bench.timing import time_ms
+from tigon.bench.timing import rotated_copies, stream_time_ms, time_ms
 
 _select = _lib.declare("tigon_testing_cross_entropy_kernel", [ctypes.c_char_p])
 _last = _lib.lib.tigon_testing_cross_entropy_last_kernel
@@ -28,6 +33,7 @@ ap.add_argument("--reps", type=int, default=50)
 ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
 ap.add_argument("--ignore-every", type=int, default=17)
+ap.add_argument("--steady", action="store_true")
 ap.add_argument("variants", nargs="*",
                 default=["cluster", "cluster4", "cluster7", "classic"])
 args = ap.parse_args()
@@ -55,6 +61,14 @@ for name in args.variants:
     ref = (loss, g) if ref is None else ref
     err = (g.float() - ref[1].float()).abs().max().item()
     ms = time_ms(lambda xc: fwd_(xc, t, None, -100, 0.0, 0.0, 0.0, 1), dev, args.reps, 3, setup=lambda: x0.clone())
-    print(f"{name:9s} ran {ran:9s} {ms * 1e3:8.1f} us  {nbytes / ms / 1e9:5.2f} TB/s  "
+    steady = ""
+    if args.steady and not args.loss_only:
+        sms = stream_time_ms(lambda xc: fwd_(xc, t, None, -100, 0.0, 0.0, 0.0, 1), [(x0,)], dev, ms, fresh=True)
+        cyc = stream_time_ms(lambda xc: fwd_(xc, t, None, -100, 0.0, 0.0, 0.0, 1), rotated_copies((x0.clone(),), dev),
+                             dev, ms)
+        oop = stream_time_ms(lambda xc: torch.ops.tigon.cross_entropy_fwd(xc, t, None, -100, 0.0, 0.0, 0.0, 1, True),
+                             [(x0,)], dev, ms)
+        steady = f"steady {sms * 1e3:7.1f} us  cyc {cyc * 1e3:7.1f}  oop {oop * 1e3:7.1f}  "
+    print(f"{name:9s} ran {ran:9s} {ms * 1e3:8.1f} us  {nbytes / ms / 1e9:5.2f} TB/s  {steady}"
           f"loss {loss:.6f} (d {loss - ref[0]:+.1e})  max|dgrad| vs first {err:.1e}", flush=True)
 _select(None)

@@ -160,6 +160,45 @@ __global__ void stream(const uint4* x, uint4* y, int64_t n) {
   }
 }
 
+// Better-fed streaming kernels, to find an SM kernel's ceiling: U independent 16-byte loads in flight per thread,
+// either grid-stride (the whole grid sweeps the buffer together) or each block over contiguous chunks of `chunk`
+// vectors.
+template <int U>
+__global__ void stream_unroll(const uint4* x, uint4* y, int64_t n) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += U * step) {
+    uint4 v[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j)
+      if (i + j * step < n) v[j] = __ldcs(x + i + j * step);
+#pragma unroll
+    for (int j = 0; j < U; ++j)
+      if (i + j * step < n) {
+        v[j].x ^= 1u;
+        __stcs(y + i + j * step, v[j]);
+      }
+  }
+}
+
+template <int U>
+__global__ void stream_chunks(const uint4* x, uint4* y, int64_t n, int64_t chunk) {
+  for (int64_t c0 = blockIdx.x * chunk; c0 < n; c0 += int64_t(gridDim.x) * chunk) {
+    const int64_t end = min(n, c0 + chunk);
+    for (int64_t i = c0 + threadIdx.x; i < end; i += U * blockDim.x) {
+      uint4 v[U];
+#pragma unroll
+      for (int j = 0; j < U; ++j)
+        if (i + j * blockDim.x < end) v[j] = __ldcs(x + i + j * blockDim.x);
+#pragma unroll
+      for (int j = 0; j < U; ++j)
+        if (i + j * blockDim.x < end) {
+          v[j].x ^= 1u;
+          __stcs(y + i + j * blockDim.x, v[j]);
+        }
+    }
+  }
+}
+
 template <class Launch>
 float time_us(Launch launch, int reps = 15) {
   cudaEvent_t a, b;
@@ -217,6 +256,21 @@ int main(int argc, char** argv) {
     report(name, time_us([&] { stream<<<sms * per_sm, 256>>>(x, x, nvec); }));
     std::snprintf(name, sizeof name, "stream out of place (%d x 256 / SM)", per_sm);
     report(name, time_us([&] { stream<<<sms * per_sm, 256>>>(x, y, nvec); }));
+  }
+  for (int per_sm : {4, 8}) {
+    for (int inplace : {1, 0}) {
+      uint4* out = inplace ? x : y;
+      char name[80];
+      std::snprintf(name, sizeof name, "unroll4 %s (%d x 256 / SM)", inplace ? "in place" : "out of place", per_sm);
+      report(name, time_us([&] { stream_unroll<4><<<sms * per_sm, 256>>>(x, out, nvec); }));
+      std::snprintf(name, sizeof name, "unroll8 %s (%d x 256 / SM)", inplace ? "in place" : "out of place", per_sm);
+      report(name, time_us([&] { stream_unroll<8><<<sms * per_sm, 256>>>(x, out, nvec); }));
+      for (int64_t chunk : {1024, 4096}) {
+        std::snprintf(name, sizeof name, "chunks %lld x4 %s (%d x 256 / SM)", (long long)chunk,
+                      inplace ? "in place" : "out of place", per_sm);
+        report(name, time_us([&] { stream_chunks<4><<<sms * per_sm, 256>>>(x, out, nvec, chunk); }));
+      }
+    }
   }
   if (argc > 3) {  // the library's row kernel variants on the same buffer
     size_t ws_bytes = 0;
