@@ -47,21 +47,27 @@ inline DeviceLimits device_limits() {
 
 // The cluster kernel's split of a row of nvec 16-byte vectors over its blocks, one buffer each. By default the fewest
 // blocks per row that let kBlocksPerSm of them share an SM, else the size that lets the most share one (the fewest
-// blocks among ties), with ~16 vectors per thread: several blocks per SM, each at its own phase of its row (waiting on
-// its copy, computing, writing), keep bytes moving. Slices are an odd number of vectors (the last block takes what is
-// left). bf16 x 128256 on an H200: 5 blocks of 3207 vectors (50 KB, 4 per SM) ran ~1% faster than 7 of 2291 (36 KB,
-// 6 per SM); slices of 4008 vectors ran 3% slower than 4009, and 2296 or 2304 5% slower than 2291 (bench/NOTES.md,
-// sixth session: an effect of the slices' addresses that a skeleton of the kernel without its loss math does not
-// show; measured, not understood). Without a gradient (one read, no writes) more, smaller blocks keep more reads in
-// flight: 7 of 2291 vectors, 6 per SM, ran 0.63 ms against 0.69 for 5 of 3207. `forced` (1-8), `threads`, `align`
-// (slices a multiple of this many vectors instead of odd) and `pad` (vectors added) are for measurements.
+// blocks among ties): several blocks per SM, each at its own phase of its row (waiting on its copy, computing,
+// writing), keep bytes moving. Slices are an odd number of vectors (the last block takes what is left): 4008 vectors
+// ran 3% slower than 4009, and 2296 or 2304 5% slower than 2291 (bench/NOTES.md, sixth session; measured, not
+// understood). With a gradient, bf16 x 128256 on an H200, on real logits: 6 blocks of 2673 vectors (42 KB, 5 per SM)
+// at 128 threads ran 0.7-1.2% faster than 5 of 3207 (50 KB, 4 per SM) on four leases (seventh session; on the
+// near-constant data of a gradient fed back as logits the order flips, which is why the sixth session chose 5).
+// Without a gradient (one read, no writes) more, smaller blocks keep more reads in flight: 7 of 2291 vectors, 6 per
+// SM, ran 0.63 ms against 0.69 for 5 of 3207. `forced` (1-8), `threads`, `align` (slices a multiple of this many
+// vectors instead of odd) and `pad` (vectors added) are for measurements.
 // csize 0: the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
   size_t smem = 0;  // dynamic shared memory: the buffer
   kern::SliceShape sh;
 };
-constexpr int kBlocksPerSm = 4, kBlocksPerSmLossOnly = 6;  // (non-portable clusters of 9-16 blocks ran 4-30% slower)
+constexpr int kBlocksPerSm = 5, kBlocksPerSmLossOnly = 6;  // (non-portable clusters of 9-16 blocks ran 4-30% slower)
+// Threads per block when a gradient is written and at least 4 blocks share an SM; otherwise ~16 vectors per thread.
+// On an H200, bf16, real logits (seventh session): 128 against the formula's 192 ran 1% faster at 128256 (5 blocks
+// of 3207 vectors) and 151936 (6 of 3167), 1% at 200064 (8 of 3127), the same at 65536; 96 and 160 ran 1-3% slower.
+// With 3 blocks per SM (262144: 7 of 4683) the formula's 256 stays ahead of 192 and 128.
+constexpr int kGradThreads = 128, kGradThreadsMinPerSm = 4;
 // Shared memory per block besides the buffer: the kernel's static arrays (kern::kStaticSmemBytes) and the 1 KB the
 // system reserves per block.
 constexpr int64_t kBlockSmemOverhead = kern::kStaticSmemBytes + 1024;
@@ -75,20 +81,26 @@ inline ClusterPlan cluster_plan(int64_t nvec, bool grad, int forced, const Devic
     return std::max<int64_t>(1, (align > 0 ? (share + align - 1) / align * align : share | 1) + pad);
   };
   const auto slice_bytes = [&](int c) { return slice_vecs(c) * 16; };
+  const auto per_sm = [&](int c) {
+    return int(std::min<int64_t>(d.smem_sm / (slice_bytes(c) + kBlockSmemOverhead), per_sm_wanted));
+  };
   ClusterPlan p;
   if (forced > 0 && forced <= kern::kMaxCluster && slice_bytes(forced) <= fit) {
     p.csize = forced;
   } else {  // a forced size that does not fit: as if unforced
     for (int c = 1, most = 0; c <= kern::kMaxCluster; ++c) {
       if (slice_bytes(c) > fit) continue;
-      const int per_sm = int(std::min<int64_t>(d.smem_sm / (slice_bytes(c) + kBlockSmemOverhead), per_sm_wanted));
-      if (per_sm > most) most = per_sm, p.csize = c;
+      if (per_sm(c) > most) most = per_sm(c), p.csize = c;
     }
   }
   if (p.csize == 0) return p;
   p.sh.slice_vecs = slice_vecs(p.csize);
-  p.threads = threads > 0 ? threads
-                          : int(std::clamp<int64_t>((p.sh.slice_vecs / 16 + 16) / 32 * 32, 64, kern::kClusterThreads));
+  if (threads > 0)
+    p.threads = threads;
+  else if (grad && per_sm(p.csize) >= kGradThreadsMinPerSm)
+    p.threads = kGradThreads;
+  else
+    p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs / 16 + 16) / 32 * 32, 64, kern::kClusterThreads));
   // Pieces of whole groups per thread (the statistics start on the first; 8 KB at 128 threads), at most kMaxPieces.
   const int64_t group = int64_t(p.threads) * kern::kClusterUnroll;
   const int64_t pieces = std::clamp<int64_t>((p.sh.slice_vecs + group - 1) / group, 1, kern::kMaxPieces);

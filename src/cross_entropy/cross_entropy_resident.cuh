@@ -5,7 +5,7 @@
 // the rest; the blocks exchange their partial statistics through distributed shared memory, then write the gradient
 // from shared memory.
 //
-// One cluster per row. The launcher sizes slices so that several blocks share an SM (four of ~50 KB for 128256 bf16
+// One cluster per row. The launcher sizes slices so that several blocks share an SM (five of ~42 KB for 128256 bf16
 // logits) and their phases (loading, computing, writing) overlap, as far as the block scheduler staggers them. A
 // persistent form (as many clusters as are resident, each walking rows, its buffer refilled for the next row) ran 2-6%
 // slower on an H200 with either refill order (bench/NOTES.md).
