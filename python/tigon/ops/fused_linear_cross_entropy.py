@@ -194,11 +194,12 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         elif any(need):
             ctx.save_for_backward(dx, dw, db)
         ctx.mark_non_differentiable(z_loss, acc)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for z_loss and acc (they have none)
         return loss, z_loss, acc
 
     @staticmethod
     def backward(ctx, grad_loss, grad_z_loss, grad_acc):
-        if not any(ctx.need):
+        if not any(ctx.need) or grad_loss is None:  # nothing needs a gradient, or the loss was not used
             return (None,) * 16
         grad_loss = grad_loss if grad_loss.dtype == torch.float32 else grad_loss.float()
         if ctx.recompute:
