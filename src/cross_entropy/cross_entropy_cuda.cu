@@ -24,16 +24,23 @@ namespace {
 // the whole cross entropy pass on an H200). Per thread, rows in increasing order; then a fixed tree: deterministic.
 constexpr int kSerialThreads = 512, kBatch = 8;
 
-// Sums three doubles over the block in a fixed tree (deterministic); the result is in thread 0.
-__device__ void block_sum3(double (&v)[3], double (*smem)[kSerialThreads]) {
-  for (int k = 0; k < 3; ++k) smem[k][threadIdx.x] = v[k];
+constexpr int kSerialWarps = kSerialThreads / 32;
+
+// Sums three doubles over the block in a fixed tree (deterministic): shuffles within each warp, then the warps' sums
+// in warp 0; the result is in thread 0. One barrier: the finish kernel's tail after the row kernel is on every call's
+// critical path (a shared-memory tree of 9 barriers took about a microsecond of it).
+__device__ void block_sum3(double (&v)[3], double (*smem)[kSerialWarps]) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  for (int k = 0; k < 3; ++k)
+    for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(~0u, v[k], o);
+  if (lane == 0)
+    for (int k = 0; k < 3; ++k) smem[k][warp] = v[k];
   __syncthreads();
-  for (int half = kSerialThreads / 2; half > 0; half /= 2) {
-    if (int(threadIdx.x) < half)
-      for (int k = 0; k < 3; ++k) smem[k][threadIdx.x] += smem[k][threadIdx.x + half];
-    __syncthreads();
+  if (warp != 0) return;
+  for (int k = 0; k < 3; ++k) {
+    v[k] = lane < kSerialWarps ? smem[k][lane] : 0.0;
+    for (int o = 16; o > 0; o /= 2) v[k] += __shfl_down_sync(~0u, v[k], o);
   }
-  for (int k = 0; k < 3; ++k) v[k] = smem[k][0];
 }
 
 // f(r) for this thread's rows r < n (threadIdx.x, + kSerialThreads, ...) in increasing order, kBatch rows' loads
@@ -60,7 +67,7 @@ __device__ __forceinline__ void for_rows(int64_t n, Load load, Use use) {
 // only where it needs them, after its first pass over the row.
 __global__ void __launch_bounds__(kSerialThreads) totals_kernel(RowArgs a, float* totals) {
   cuda::allow_dependents();
-  __shared__ double smem[3][kSerialThreads];
+  __shared__ double smem[3][kSerialWarps];
   double v[3] = {0, 0, 0};  // W, C, sum of class weights
   for_rows(
       a.rows, [&](int64_t r) { return kern::load_target(a, r); },
@@ -92,7 +99,7 @@ struct Outputs {
 // last blocks run and waits here for its end (and for its rows' results).
 __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outputs o) {
   cuda::grid_dependency_wait();
-  __shared__ double smem[3][kSerialThreads];
+  __shared__ double smem[3][kSerialWarps];
   if (o.reduction == TIGON_REDUCTION_NONE) {
     for_rows(
         a.rows, [&](int64_t r) { return make_float3(a.row_ce[r], a.row_z[r], a.row_correct[r]); },
