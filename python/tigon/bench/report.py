@@ -145,7 +145,7 @@ def print_table(results: list[dict], ctx: Context) -> None:
           f"(read+write) | torch {env['torch']} | tigon {env['tigon']} | git {env['git_sha']} | "
           f"median of {ctx.reps} reps")
     print("full = forward + backward; eager calls timed with CUDA events (Python and launch overhead included); "
-          "graph = one call replayed from a CUDA graph after an L2 flush (launch overhead out, event overhead in); dev = steady-state device time per call: a CUDA graph of many back-to-back calls on input copies rotated past L2 (what a GPU-bound training step sees; d.%copy is its share of the copy bandwidth); GB/s from each op's byte model "
+          "graph = one call replayed from a CUDA graph after an L2 flush (launch overhead out, event overhead in); dev = steady-state device time per call: a CUDA graph of many back-to-back calls on input copies rotated past L2, a fresh copy per call for ops that write over their inputs (what a GPU-bound training step sees; d.%copy is its share of the copy bandwidth); GB/s from each op's byte model "
           "(the bytes that must move, in python/tigon/bench/<op>.py); x eager = torch_eager full ms / full ms; "
           "max err of the output and gradients vs torch_eager in float32")
     widths = [w for _, w in _COLS]
