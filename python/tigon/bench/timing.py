@@ -127,19 +127,25 @@ def stream_time_ms(fn: Callable, arg_sets: list[tuple], device: torch.device, es
     if fresh:
         return _fresh_stream_time_ms(fn, arg_sets[0], device, calls, reps)
     calls -= calls % len(arg_sets)
+    graph = _capture(fn, arg_sets, [arg_sets[i % len(arg_sets)] for i in range(calls)], device)
+    ms = time_ms(graph.replay, device, reps, warmup=2, flush=False)
+    del graph
+    return ms / calls
+
+
+def _capture(fn: Callable, warm_sets: list[tuple], call_sets: list[tuple], device: torch.device):
+    """A CUDA graph of fn(*args) for each of call_sets in order, after one uncaptured call on each of warm_sets."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # warm up outside capture: lazy init, autotuning, workspace sizes
-        for args in arg_sets:
+        for args in warm_sets:
             fn(*args)
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(*arg_sets[i % len(arg_sets)])
-    ms = time_ms(graph.replay, device, reps, warmup=2, flush=False)
-    del graph
-    return ms / calls
+        for args in call_sets:
+            fn(*args)
+    return graph
 
 
 def _fresh_stream_time_ms(fn: Callable, src: tuple, device: torch.device, calls: int, reps: int) -> float:
@@ -156,15 +162,7 @@ def _fresh_stream_time_ms(fn: Callable, src: tuple, device: torch.device, calls:
                     if isinstance(dst, torch.Tensor):
                         dst.copy_(s)
 
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):  # warm up outside capture: lazy init, autotuning, workspace sizes
-        fn(*copies[0])
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in copies:
-            fn(*c)
+    graph = _capture(fn, copies[:1], copies, device)
     return time_ms(lambda _: graph.replay(), device, reps, warmup=2, flush=True, setup=restore) / calls
 
 
