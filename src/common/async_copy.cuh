@@ -45,7 +45,14 @@ __device__ __forceinline__ uint64_t l2_evict_first() {
 }
 
 // bytes (a multiple of 16, both addresses 16-byte aligned) from global to this block's shared memory by the bulk copy
-// engine; completion is counted on bar, which must expect them (mbar_arrive_expect_tx).
+// engine; completion is counted on bar, which must expect them (mbar_arrive_expect_tx). With no policy the L2 keeps
+// its default treatment (on an H200 that read 4% faster than evict_first in the cross entropy row kernel).
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
                                               uint64_t policy) {
   asm volatile(

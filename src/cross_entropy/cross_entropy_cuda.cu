@@ -4,7 +4,9 @@
 //   3. finish: the outputs (a copy for NONE, a fixed-order sum for MEAN and SUM); one block, fp64
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -131,8 +133,9 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
 
 // The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default), "cluster<N>" (N = 1-8 blocks per row, forced),
 // either with, in this order, "-t<threads>" (threads per block: a multiple of 32 up to kClusterMaxThreads),
-// "-a<vectors>" (slices a multiple of 1-64 vectors instead of odd) and "-p<vectors>" (0-64 added to every slice), as
-// in "cluster7-t128-a8"; or "classic". See bench/NOTES.md, "Cross entropy", for what each costs.
+// "-a<vectors>" (slices a multiple of 1-64 vectors instead of odd), "-p<vectors>" (0-64 added to every slice) and
+// "-h<hint>" (kern::store_grad's L2 hints: 0 or one of kMeasuredHints), as in "cluster7-t128-a8"; or "classic". See
+// bench/NOTES.md, "Cross entropy", for what each costs.
 bool parse_choice(const char* name, KernelChoice* k) {
   if (std::strcmp(name, "classic") == 0) {
     *k = {RowKernel::kClassic, 0};
@@ -154,8 +157,10 @@ bool parse_choice(const char* name, KernelChoice* k) {
     return true;
   };
   if (!suffix('t', 32, kClusterMaxThreads, 32, &c.threads) || !suffix('a', 1, 64, 1, &c.align) ||
-      !suffix('p', 0, 64, 1, &c.pad) || *rest)
+      !suffix('p', 0, 64, 1, &c.pad) || !suffix('h', 0, 31, 1, &c.hint) || *rest)
     return false;
+  const auto* hints_end = std::end(kMeasuredHints);
+  if (c.hint != 0 && std::find(std::begin(kMeasuredHints), hints_end, c.hint) == hints_end) return false;
   *k = c;
   return true;
 }
@@ -165,16 +170,16 @@ KernelChoice env_choice() {
   const char* e = std::getenv("TIGON_CE_KERNEL");
   if (e && *e && !parse_choice(e, &k))
     fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster<1-8>, ",
-         "cluster[<1-8>][-t<threads>][-a<vectors>][-p<vectors>], classic");
+         "cluster[<1-8>][-t<threads>][-a<vectors>][-p<vectors>][-h<hint>], classic");
   return k;
 }
 
 // A test's override (tigon_testing_cross_entropy_kernel), encoded by encode(); -1: none.
 int encode(const KernelChoice& k) {
-  return int(k.kind) | k.cluster << 1 | (k.threads / 32) << 5 | k.align << 9 | k.pad << 16;
+  return int(k.kind) | k.cluster << 1 | (k.threads / 32) << 5 | k.align << 9 | k.pad << 16 | k.hint << 23;
 }
 KernelChoice decode(int o) {
-  return {RowKernel(o & 1), (o >> 1) & 15, 32 * ((o >> 5) & 15), (o >> 9) & 127, (o >> 16) & 127};
+  return {RowKernel(o & 1), (o >> 1) & 15, 32 * ((o >> 5) & 15), (o >> 9) & 127, (o >> 16) & 127, (o >> 23) & 31};
 }
 std::atomic<int> g_override{-1};
 thread_local const char* g_last_kernel = "";

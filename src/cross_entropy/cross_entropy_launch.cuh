@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -144,10 +145,10 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
 // With pdl, launched as a programmatic dependent of the kernel before it in the stream (the totals kernel, which
 // allows it at once): the row kernel's blocks start their copy and first pass while that kernel ends, and wait for
 // its totals only before finish_row. Refused, it launches plainly.
-template <class T, int O>
+template <class T, int O, int H = 0>
 bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream, bool pdl) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
-  const auto kernel = kern::cluster_rows_kernel<T, O>;
+  const auto kernel = kern::cluster_rows_kernel<T, O, H>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
@@ -176,6 +177,20 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
+}
+
+// The plain-case cluster kernel with L2 hints `hint`, one of kMeasuredHints (false, nothing launched, for another).
+template <class T, size_t... I>
+bool launch_hinted(int hint, const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream,
+                   bool pdl, std::index_sequence<I...>) {
+  bool launched = false;
+  const auto try_one = [&](auto h) {
+    if (hint != decltype(h)::value) return false;
+    launched = launch_cluster<T, 0, decltype(h)::value>(a, p, d, stream, pdl);
+    return true;
+  };
+  (void)(try_one(std::integral_constant<int, kMeasuredHints[I]>()) || ...);
+  return launched;
 }
 
 template <class T, int O>
@@ -219,7 +234,11 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
       const ClusterPlan first = cluster_plan(nvec, a.grad != nullptr, k.cluster, d, k.threads, k.align, k.pad);
-      if (launch_cluster<T, O>(a, first, d, stream, follows_totals)) {
+      // The measurement-only L2 hints (kern::store_grad), in the plain case only.
+      const bool launched = O == 0 && k.hint != 0 &&
+                            launch_hinted<T>(k.hint, a, first, d, stream, follows_totals,
+                                             std::make_index_sequence<std::size(kMeasuredHints)>());
+      if (launched || launch_cluster<T, O>(a, first, d, stream, follows_totals)) {
         ran = cluster_name(first.csize);
         return;
       }

@@ -48,7 +48,10 @@ struct KernelChoice {
   int threads = 0;  // kCluster: threads per block (a multiple of 32 up to kClusterMaxThreads), 0: the launcher's
   int align = 0;    // kCluster: slices a multiple of this many 16-byte vectors (1-64), 0: odd (the launcher's)
   int pad = 0;      // kCluster: vectors added to every slice (0-64; for measurements)
+  int hint = 0;     // kCluster, plain options: kern::store_grad's L2 hints (0 or kMeasuredHints; for measurements)
 };
+// The L2 hint values the cluster kernel is also built with (kern::store_grad), besides the default 0.
+inline constexpr int kMeasuredHints[] = {1, 2, 3, 4, 8, 12, 16, 24, 28};
 // The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
 KernelChoice row_kernel_choice();
 

@@ -185,7 +185,8 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, CrossEntropyCudaKernels,
     ::testing::Combine(
         ::testing::Values("cluster", "cluster1", "cluster2", "cluster3", "cluster4", "cluster7", "cluster8",
-                          "cluster5-t64", "cluster8-t256", "cluster7-t128-a8", "cluster6-a1-p5", "classic"),
+                          "cluster5-t64", "cluster8-t256", "cluster7-t128-a8", "cluster6-a1-p5", "cluster-h8",
+                          "cluster6-t128-h28", "classic"),
         ::testing::Values(
             Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
             Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
@@ -263,12 +264,14 @@ INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
 TEST(CrossEntropyCudaApi, KernelNames) {
   for (const char* name : {"cluster", "cluster1", "cluster2", "cluster3", "cluster4", "cluster7", "cluster8",
                            "cluster7-t128", "cluster-t64", "cluster8-t256", "cluster7-t128-a8", "cluster-a64",
-                           "cluster5-p0", "cluster6-a1-p64", "classic"})
+                           "cluster5-p0", "cluster6-a1-p64", "cluster-h0", "cluster-h8", "cluster6-t128-h24",
+                           "cluster7-a1-p2-h4", "classic"})
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << name << ": " << tigon_last_error();
   for (const char* name : {"", "cluster0", "cluster9", "cluster16", "cluster08", "clusterx", "cluster8-", "cluster4-t48",
                            "cluster4-t512", "cluster4-t", "cluster4-t64x", "cluster4-x", "classic4", "classics", "walk", "walk4", "pipe",
                            "pipe8", "regs", "regswalk4", "l2", "cluster-poly", "cluster4-a0", "cluster4-a65", "cluster4-a",
-                           "cluster4-p65", "cluster4-p-1", "cluster4-p1-a1", "cluster4-a1-t128"}) {
+                           "cluster4-p65", "cluster4-p-1", "cluster4-p1-a1", "cluster4-a1-t128", "cluster-h5",
+                           "cluster-h32", "cluster-h", "cluster4-h8-t128"}) {
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(std::string(tigon_last_error()).find("'name'"), std::string::npos) << tigon_last_error();
   }
