@@ -16,21 +16,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "micro_util.cuh"
 #include "common/async_copy.cuh"
 #include "tigon/cross_entropy.h"
 
 extern "C" tigon_status_t tigon_testing_cross_entropy_kernel(const char* name);
 
 namespace {
-
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 namespace tc = tigon::cuda;
 
@@ -197,27 +189,6 @@ __global__ void stream_chunks(const uint4* x, uint4* y, int64_t n, int64_t chunk
         }
     }
   }
-}
-
-template <class Launch>
-float time_us(Launch launch, int reps = 15) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventRecord(a));
-    launch();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1000.f;
 }
 
 }  // namespace
