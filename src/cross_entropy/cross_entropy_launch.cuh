@@ -69,6 +69,10 @@ constexpr int kBlocksPerSm = 5, kBlocksPerSmLossOnly = 6;  // (non-portable clus
 // of 3207 vectors) and 151936 (6 of 3167), 1% at 200064 (8 of 3127), the same at 65536; 96 and 160 ran 1-3% slower.
 // With 3 blocks per SM (262144: 7 of 4683) the formula's 256 stays ahead of 192 and 128.
 constexpr int kGradThreads = 128, kGradThreadsMinPerSm = 4;
+// Without a gradient the classic kernel (plain 16-byte loads, the row read once) ran faster than the cluster plan from
+// 128 KB rows on an H200 (bf16, 8192 rows: 65536 columns 294 against 341 us, 128256 578-581 against 638-643, 151936
+// 649 against 791) and slower below (32000: 198 against 167): the launcher's own plan takes it there.
+constexpr int64_t kClassicLossOnlyBytes = int64_t(128) << 10;
 // Shared memory per block besides the buffer: the kernel's static arrays (kern::kStaticSmemBytes) and the 1 KB the
 // system reserves per block.
 constexpr int64_t kBlockSmemOverhead = kern::kStaticSmemBytes + 1024;
@@ -227,9 +231,14 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
   a.inv_softcap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
   const char* ran = "classic";
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
+  // The launcher's own plan, loss only (no gradient), rows of kClassicLossOnlyBytes or more: the classic kernel, whose
+  // plain loads stream one read faster than the cluster kernel's bulk copies there.
+  const bool own_plan = k.kind == RowKernel::kCluster && k.cluster == 0 && k.threads == 0 && k.align == 0 &&
+                        k.pad == 0 && k.hint == 0;
+  const bool classic_loss = own_plan && a.grad == nullptr && a.cols * int64_t(sizeof(T)) >= kClassicLossOnlyBytes;
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
-    if (vec && k.kind != RowKernel::kClassic) {
+    if (vec && k.kind != RowKernel::kClassic && !classic_loss) {
       // The planned size first, then any other that fits; never a launch error for the choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;

@@ -259,6 +259,59 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
 INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
                          ::testing::Values("cluster", "cluster2", "classic"));
 
+// The loss alone (no gradient): the launcher's own plan runs the classic kernel from 128 KB rows (faster there
+// without a gradient) and the cluster kernel below; a forced cluster size keeps the cluster kernel. Both match the
+// reference, loss, z-loss and accuracy.
+class CrossEntropyCudaLossOnly : public ::testing::TestWithParam<std::tuple<std::string, int64_t>> {};
+
+TEST_P(CrossEntropyCudaLossOnly, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const auto [variant, V] = GetParam();
+  KernelScope scope(variant.c_str());
+  const int64_t N = 37;
+  std::mt19937 rng(11 + V);
+  HostMat x(DType::kBFloat16, N, V);
+  x.fill_random(rng, 3.0);
+  std::vector<int64_t> t(N);
+  for (int64_t r = 0; r < N; ++r) t[r] = r % 7 == 3 ? -100 : int64_t(rng() % V);
+  const tigon_cross_entropy_params p{-100, 0.f, 1e-4f, 0.f, TIGON_REDUCTION_MEAN};
+  float rloss = NAN, rz = NAN, racc = NAN;
+  {
+    tigon::TensorView tv(t.data(), {N}, tigon::dtype::int64), lv(&rloss, {1}, tigon::dtype::float32),
+        zv(&rz, {1}, tigon::dtype::float32), av(&racc, {1}, tigon::dtype::float32);
+    ASSERT_EQ(tigon_cross_entropy_fwd(x.view(), tv, nullptr, lv, zv, av, nullptr, p, nullptr, 0, nullptr),
+              TIGON_SUCCESS) << tigon_last_error();
+  }
+  const float poison[3] = {NAN, NAN, NAN};
+  Dev gx(x.data(), x.span_bytes()), gt(t.data(), N * 8), go(poison, sizeof poison);
+  auto xv = x.view(tigon::cuda(0), gx.ptr);
+  size_t ws_bytes = 0;
+  ASSERT_EQ(tigon_cross_entropy_fwd_workspace_size(xv, &ws_bytes), TIGON_SUCCESS);
+  tigon::Buffer ws(ws_bytes, tigon::cuda(0));
+  float* out = static_cast<float*>(go.ptr);
+  tigon::TensorView tv(gt.ptr, {N}, tigon::dtype::int64, tigon::cuda(0)),
+      lv(out, {1}, tigon::dtype::float32, tigon::cuda(0)), zv(out + 1, {1}, tigon::dtype::float32, tigon::cuda(0)),
+      av(out + 2, {1}, tigon::dtype::float32, tigon::cuda(0));
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, zv, av, nullptr, p, ws.get(), ws.size(), nullptr),
+            TIGON_SUCCESS) << tigon_last_error();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::string ran = tigon_testing_cross_entropy_last_kernel();
+  const std::string want = variant == "cluster" && V * 2 >= (128 << 10) ? "classic" : "cluster";
+  EXPECT_EQ(ran.substr(0, want.size()), want) << variant << " ran " << ran;
+  float got[3];
+  go.fetch(got);
+  EXPECT_NEAR(got[0], rloss, 1e-3 * (1 + std::fabs(rloss)));
+  EXPECT_NEAR(got[1], rz, 1e-3 * (1 + std::fabs(rz)));
+  EXPECT_NEAR(got[2], racc, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaLossOnly,
+                         ::testing::Combine(::testing::Values("cluster", "cluster7"),
+                                            ::testing::Values(int64_t(32000), int64_t(65536), int64_t(128256))),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int64_t>>& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+                         });
+
 // The variant names the selector (and TIGON_CE_KERNEL) takes; anything else, the removed variants' names included,
 // is refused with the argument named. Host code only: runs without a GPU.
 TEST(CrossEntropyCudaApi, KernelNames) {
