@@ -26,17 +26,6 @@ namespace {
 
 namespace tc = tigon::cuda;
 
-__device__ __forceinline__ uint64_t policy_first() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t policy_last() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-
 // Loads: 0 plain, 1 .cs (streaming), 2 L2::256B prefetch, 3 L2 evict_first, 4 .nc no L1 + 256B prefetch.
 template <int L>
 __device__ __forceinline__ uint4 load(const uint4* p, uint64_t pol) {
@@ -84,7 +73,7 @@ __device__ __forceinline__ void store(uint4* p, const uint4& v, uint64_t pol) {
 // Grid-stride in place, U independent loads in flight per thread.
 template <int U, int L, int S>
 __global__ void stream(uint4* x, int64_t n) {
-  const uint64_t lpol = policy_first(), spol = S == 4 ? policy_last() : policy_first();
+  const uint64_t lpol = tc::l2_evict_first(), spol = S == 4 ? tc::l2_evict_last() : tc::l2_evict_first();
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += U * step) {
     uint4 v[U];
@@ -138,8 +127,8 @@ __global__ void tma_copy(char* x, int64_t nchunks, int chunk, int stages, int co
   const int64_t first = contiguous ? b * per : b, stride = contiguous ? 1 : G;
   const int64_t last = contiguous ? min(nchunks, first + per) : nchunks;  // exclusive
   const int64_t mine = first < last ? (last - first + stride - 1) / stride : 0;
-  uint64_t lpol = policy_first(), spol = SH == 2 ? policy_last() : policy_first();
-  if (LH == 1) asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(lpol));
+  uint64_t lpol = tc::l2_evict_first(), spol = SH == 2 ? tc::l2_evict_last() : tc::l2_evict_first();
+  if (LH == 1) lpol = tc::l2_evict_normal();
   for (int s = 0; s < stages; ++s) tc::mbar_init(&bars[s], 1);
   tc::mbar_init_fence();
   const auto issue_load = [&](int64_t i) {

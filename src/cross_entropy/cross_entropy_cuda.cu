@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "common/async_copy.cuh"
 #include "common/cuda_check.h"

@@ -106,10 +106,9 @@ __device__ __forceinline__ void store_grad(uint4* p, const uint4& v, uint64_t po
 }
 template <int H>
 __device__ __forceinline__ uint64_t store_policy() {
-  uint64_t p = 0;
-  if constexpr ((H & 7) == 3) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  if constexpr ((H & 7) == 4) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
+  if constexpr ((H & 7) == 3) return cuda::l2_evict_first();
+  if constexpr ((H & 7) == 4) return cuda::l2_evict_last();
+  return 0;
 }
 template <int H>
 __device__ __forceinline__ void read_piece(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -117,10 +116,7 @@ __device__ __forceinline__ void read_piece(void* dst, const void* src, uint32_t 
   if constexpr (R == 0) {
     cuda::bulk_copy_g2s(dst, src, bytes, bar);
   } else {
-    uint64_t p = 0;
-    if constexpr (R == 1) p = cuda::l2_evict_first();
-    if constexpr (R == 2) asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
-    if constexpr (R == 3) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    const uint64_t p = R == 1 ? cuda::l2_evict_first() : R == 2 ? cuda::l2_evict_normal() : cuda::l2_evict_last();
     cuda::bulk_copy_g2s(dst, src, bytes, bar, p);
   }
 }
