@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from tigon.bench import BENCHMARKS, DEFAULT_OPS, train_step
+from tigon.bench import BENCHMARKS, DEFAULT_OPS, records, train_step
 from tigon.bench.report import Context, draw_charts, environment, print_table, progress, write_jsonl
 from tigon.bench.timing import measure_copy_bandwidth
 
@@ -41,6 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None, help="timed iterations per measurement (median is reported)")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path("bench/out"), help="results.jsonl and charts (default bench/out)")
+    p.add_argument("--record", type=Path, default=None,
+                   help="also append every row to this results file, e.g. bench/results/h200.jsonl")
     p.add_argument("--no-chart", action="store_true")
     p.add_argument("--cpu-compile", action="store_true", help="also run torch.compile on the CPU (slow to compile)")
     args = p.parse_args(argv)
@@ -82,6 +84,9 @@ def main(argv=None) -> int:
         write_jsonl(results, args.out / "results.jsonl")  # after every op: a run stopped part-way keeps what it did
 
     progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
+    if args.record:
+        records.append(results, args.record)
+        progress(f"appended {len(results)} rows to {args.record}")
     op_rows = [r for r in results if not r["op"].startswith(train_step.OP)]  # train steps: their own table, no chart
     if not args.no_chart:
         for path in draw_charts(op_rows, args.out):

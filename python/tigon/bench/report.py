@@ -75,10 +75,19 @@ def environment(device: torch.device) -> dict:
         "torch": torch.__version__,
         "triton": _version("triton"),
         "liger": _version("liger_kernel") or _liger_dist_version(),
+        "transformers": _dist_version("transformers"),
         "tigon": tigon.version(),
         "git_sha": _git_sha(),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _dist_version(name: str) -> str | None:
+    try:  # the installed distribution's version, without importing it (transformers takes seconds to import)
+        import importlib.metadata
+        return importlib.metadata.version(name)
+    except Exception:
+        return None
 
 
 def _liger_dist_version() -> str | None:
@@ -214,3 +223,28 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+# ---- the results file -------------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    """python -m tigon.bench.report --markdown [--file bench/results/h200.jsonl] [--train-step]"""
+    import argparse
+
+    from tigon.bench import records
+    p = argparse.ArgumentParser(prog="python -m tigon.bench.report", description=records.__doc__)
+    p.add_argument("--markdown", action="store_true", help="print the newest run's table as markdown (the README's)")
+    p.add_argument("--train-step", action="store_true", help="the whole-model train step table instead of the ops'")
+    p.add_argument("--file", type=Path, default=Path("bench/results/h200.jsonl"))
+    args = p.parse_args(argv)
+    if not args.markdown:
+        p.error("nothing to do: pass --markdown")
+    if not args.file.is_file():
+        p.error(f"--file {args.file}: no such file (run from the repository root, or name the file)")
+    rows = records.read(args.file)
+    print(records.train_step_markdown(rows) if args.train_step else records.ops_markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The results file (bench/results/h200.jsonl): one JSON object per line, appended, never rewritten.
+
+Every row carries where and when it was measured (git_sha, timestamp, gpu, torch, triton, transformers, liger, tigon)
+and what: op, shape, dtype, impl, the times (fwd_ms, full_ms: eager calls; fwd_dev_ms, full_dev_ms: steady-state
+device time; step_ms, tokens_per_s for whole-model train steps) and the memory (peak_mib, or peak_gib for train
+steps). One benchmark invocation shares one timestamp, so (git_sha, timestamp) names a run; the baselines of a row
+(torch eager, torch.compile, Liger) are the rows of the same run, op and shape.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ENV_KEYS = ("git_sha", "timestamp", "gpu", "torch", "triton", "transformers", "liger", "tigon")
+ROW_KEYS = ("op", "shape", "dtype", "impl")
+IMPLS = ("tigon", "torch_eager", "torch_compile", "liger")
+
+
+def normalize(record: dict) -> dict:
+    """The row as the file stores it: the environment and identity keys first (None where not measured)."""
+    row = {k: record.get(k) for k in ENV_KEYS + ROW_KEYS}
+    if row["shape"] is None and "batch" in record:  # whole-model train steps: batch x sequence length
+        row["shape"] = [record["batch"], record["seq"]]
+    row.update((k, v) for k, v in record.items() if k not in row)
+    return row
+
+
+def append(results: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for r in results:
+            f.write(json.dumps(normalize(r)) + "\n")
+
+
+def read(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def runs(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows grouped by run, (timestamp, git_sha), oldest first; failed rows left out."""
+    out: dict[tuple, list[dict]] = {}
+    for r in sorted((r for r in rows if not r.get("error")), key=lambda r: r["timestamp"]):
+        out.setdefault((r["timestamp"], r["git_sha"]), []).append(r)
+    return out
+
+
+def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
+    """The newest of the runs that measured the most ops (a full op table, not a run of one op's extra shapes); with
+    train_steps, the newest run of each whole-model step benchmark."""
+    picked = [[r for r in run if r["op"].startswith("train_step") == train_steps] for run in runs(rows).values()]
+    picked = [run for run in picked if run]
+    if train_steps:
+        newest = {run[0]["op"]: run for run in picked}  # later runs replace earlier ones
+        return [r for run in newest.values() for r in run]
+    most = max((len({r["op"] for r in run}) for run in picked), default=0)
+    return next((run for run in reversed(picked) if len({r["op"] for r in run}) == most), [])
+
+
+def _ms(r: dict | None) -> tuple[float | None, bool]:
+    """Steady-state device ms of a full pass, else the eager call's (flagged: not graph-capturable)."""
+    if r is None:
+        return None, False
+    if r.get("full_dev_ms") is not None:
+        return r["full_dev_ms"], False
+    return r.get("full_ms"), True
+
+
+def _ratio(base: dict | None, tigon: dict) -> str:
+    (b, b_eager), (t, t_eager) = _ms(base), _ms(tigon)
+    if b is None or t is None:
+        return "-"
+    if b_eager and not t_eager:  # an eager-only baseline is compared with tigon's eager call
+        t = tigon["full_ms"]
+    return f"{b / t:.2f}×" + ("*" if b_eager else "")
+
+
+def _caption(r: dict, what: str) -> str:
+    versions = ", ".join(f"{k} {r[k]}" for k in ("torch", "triton", "transformers", "liger") if r.get(k))
+    return f"{what}: {r['gpu']}, {r['dtype']}, git {r['git_sha']}, {r['timestamp'][:10]} ({versions})."
+
+
+def ops_markdown(rows: list[dict]) -> str:
+    """The README's table: tigon's device ms per op and shape, and each baseline's time over tigon's (same run)."""
+    run = newest_run(rows)
+    if not run:
+        return "(no op rows in the results file)"
+    by = {(r["op"], tuple(r["shape"]), r["impl"]): r for r in run}
+    out = ["| op | shape | tigon fwd / full ms | vs torch eager | vs torch.compile | vs Liger | tigon peak MiB |",
+           "|---|---|---|---|---|---|---|"]
+    for (op, shape, impl), t in by.items():
+        if impl != "tigon":
+            continue
+        fwd = t.get("fwd_dev_ms") or t.get("fwd_ms")
+        cells = [op, "×".join(map(str, shape)), f"{fwd:.4f} / {_ms(t)[0]:.4f}"]
+        cells += [_ratio(by.get((op, shape, b)), t) for b in IMPLS[1:]]
+        cells.append(f"{t['peak_mib']:.0f}" if t.get("peak_mib") is not None else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", _caption(run[0], "Measured") + " Times are steady-state device ms (CUDA graph of back-to-back calls on "
+            "fresh inputs); full = forward + backward. vs X = X's full time / tigon's (above 1: tigon is faster). "
+            "\\* not graph-capturable: eager calls compared."]
+    return "\n".join(out)
+
+
+def train_step_markdown(rows: list[dict]) -> str:
+    run = newest_run(rows, train_steps=True)
+    if not run:
+        return "(no train step rows in the results file)"
+    out = ["| op | model | impl | step ms | tokens/s | peak GiB | vs transformers |", "|---|---|---|---|---|---|---|"]
+    for r in run:
+        base = next((b for b in run if (b["op"], b["model"], b["impl"]) == (r["op"], r["model"], "hf")), None)
+        speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}×" if base else "-"
+        out.append(f"| {r['op']} | {r['model']} | {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
+                   f"{r['peak_gib']:.2f} | {speed} |")
+    out.append("")
+    by_run: dict[tuple, list[dict]] = {}
+    for r in run:
+        by_run.setdefault((r["timestamp"], r["git_sha"]), []).append(r)
+    for rs in by_run.values():
+        out.append(_caption(rs[0], ", ".join(dict.fromkeys(r["op"] for r in rs))))
+    out.append("Random weights, bf16, batch 4 × 2048 tokens per GPU, AdamW (foreach), activation checkpointing, SDPA.")
+    return "\n".join(out)
