@@ -1,0 +1,63 @@
+"""Reads Nsight Compute's per-SASS-instruction source counters (the CSV that `bash bench/sweeps/sass-counts.sh`
+writes, gzipped or not) and prints, per kernel: executed warp instructions, the share of each opcode, the address
+ranges that execute or stall most, and the instructions with the most stall samples. Needs no GPU.
+
+    python3 bench/sweeps/read_sass_counts.py sass-cross-entropy.csv.gz [--range 0x200] [--top 8]
+"""
+import argparse
+import collections
+import csv
+import gzip
+import io
+
+
+def kernels(path):
+    raw = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+    rows = list(csv.reader(io.StringIO(raw.read())))
+    starts = [i for i, r in enumerate(rows) if r and r[0] == "Kernel Name"] + [len(rows)]
+    seen = set()
+    for a, b in zip(starts, starts[1:]):
+        head = next((i for i in range(a, b) if rows[i] and rows[i][0] == "Address"), None)
+        if head is None:
+            continue
+        hdr = rows[head]
+        data = [r for r in rows[head + 1:b] if len(r) == len(hdr)]
+        key = (rows[a][1], len(data))
+        if key in seen:  # ncu repeats a kernel's table when one launch is listed twice
+            continue
+        seen.add(key)
+        yield rows[a][1], hdr, data
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--range", type=lambda v: int(v, 0), default=0x200, help="bytes of code per address range")
+    ap.add_argument("--top", type=int, default=8)
+    args = ap.parse_args()
+    for name, hdr, data in kernels(args.csv):
+        ex, st, src = (hdr.index(c) for c in ("Instructions Executed", "Warp Stall Sampling (All Samples)", "Source"))
+        base = int(data[0][0], 16)
+        total = sum(int(r[ex]) for r in data) or 1
+        stalls = sum(int(r[st]) for r in data) or 1
+        ops = collections.Counter()
+        ranges = collections.defaultdict(lambda: [0, 0])
+        for r in data:
+            op = next(t for t in r[src].split() if not t.startswith("@")).split(".")[0]
+            ops[op] += int(r[ex])
+            rng = ranges[(int(r[0], 16) - base) // args.range]
+            rng[0] += int(r[ex])
+            rng[1] += int(r[st])
+        print(f"{name[:110]}\n  {total:,} warp instructions executed, {stalls:,} stall samples")
+        print("  opcodes: " + ", ".join(f"{o} {n / total:.1%}" for o, n in ops.most_common(args.top)))
+        print("  ranges (executed %, stalled %):")
+        for k, (n, s) in sorted(ranges.items()):
+            if n / total > 0.01 or s / stalls > 0.01:
+                print(f"    {k * args.range:05x}-{(k + 1) * args.range - 1:05x}  {n / total:6.1%}  {s / stalls:6.1%}")
+        print("  most stalled instructions:")
+        for r in sorted(data, key=lambda r: -int(r[st]))[: args.top]:
+            print(f"    {int(r[0], 16) - base:05x}  {int(r[st]) / stalls:6.1%}  x{int(r[ex]):>10,}  {r[src].strip()[:60]}")
+
+
+if __name__ == "__main__":
+    main()
