@@ -1,4 +1,4 @@
-"""Tigon inside DDP and FSDP2 (issue 6): a patched tiny Llama trained in 2 processes, each on its half of the batch,
+"""Tigon inside DDP and FSDP2: a patched tiny Llama trained in 2 processes, each on its half of the batch,
 follows the single-process run of the same patched model on the whole batch, and the unpatched transformers model
 under the same wrapper. The fused linear + CE loss is the one that runs, and under FSDP2 the lm_head gradient lands
 in the sharded parameter. CPU: gloo, 2 processes, fp32. GPU: the same with NCCL, 2 GPUs (skips with fewer).

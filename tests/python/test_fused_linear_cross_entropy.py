@@ -93,7 +93,7 @@ OPTS = [
 @pytest.mark.parametrize("opts", OPTS, ids=lambda o: "-".join(o) or "plain")
 @pytest.mark.parametrize("chunk_rows", [None, 6], ids=["one_chunk", "many_chunks"])
 def test_matches_float64_reference(device, dtype, reduction, opts, chunk_rows):
-    # the size on the GPU; the CPU reference is plain loops, so a smaller one there
+    # the specified size on the GPU; the CPU reference is plain loops, so a smaller one there
     n, h, v = (257, 128, 32003) if device == "cuda" else (37, 64, 1003)
     opts = dict(opts)
     x, w, t, b = make_inputs(n, h, v, dtype, device, ignored=opts.pop("ignored", 0), bias=opts.pop("bias", False))
@@ -102,7 +102,7 @@ def test_matches_float64_reference(device, dtype, reduction, opts, chunk_rows):
     check(x, w, t, b, chunk_rows=chunk_rows, reduction=reduction, **opts)
 
 
-# The shapes: H = 128, V = 32003 (odd: unaligned logits rows), BT = 1, 3, 257. The CPU reference is plain
+# The specified shapes: H = 128, V = 32003 (odd: unaligned logits rows), BT = 1, 3, 257. The CPU reference is plain
 # loops, so the CPU runs the smallest cases and one at 257 tokens.
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n,dtype,chunk_rows", [

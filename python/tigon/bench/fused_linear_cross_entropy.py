@@ -4,7 +4,7 @@ then F.cross_entropy on logits.float()) and Liger-Kernel's fused linear cross en
 Shapes are tokens x hidden x vocab. The op is GEMM-bound: forward + backward is three GEMMs of 2·N·H·V FLOP each, so
 the records carry TFLOP/s (tflops_full, tflops_full_graph; also in the progress lines) besides the table's GB/s,
 which here count only the bytes that must move (x and W read, dX and dW written) and say little. peak = memory
-allocated during one forward + backward on top of the inputs, gradients included. The issue's bars (H200, bf16):
+allocated during one forward + backward on top of the inputs, gradients included. The targets (H200, bf16):
 4096x4096x128256 full <= 20 ms with peak <= 2.5 GiB, 16384x4096x128256 full <= 80 ms with peak <= 3.5 GiB.
 """
 
@@ -17,7 +17,7 @@ from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, tim
 from tigon.bench.report import progress
 
 OP = "fused_linear_cross_entropy"
-GPU_SHAPES = [(4096, 4096, 128256), (16384, 4096, 128256),  # the two bars (Llama 3 vocabulary)
+GPU_SHAPES = [(4096, 4096, 128256), (16384, 4096, 128256),  # the two target shapes (Llama 3 vocabulary)
               (8192, 4096, 151936), (8192, 4096, 256000), (8192, 8192, 128256)]  # Qwen, Gemma vocabularies; H 8192
 QUICK_SHAPES = [(4096, 4096, 128256), (2048, 4096, 32000)]
 CPU_SHAPES = [(64, 256, 1000)]

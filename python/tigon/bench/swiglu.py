@@ -2,10 +2,10 @@
 Liger-Kernel's LigerSiLUMulFunction / LigerGELUMulFunction, same inputs, same process.
 
 Memory-bound: the figure of merit is bandwidth against a plain copy. Byte models (tensor bytes T = M * N * 2 for
-bf16): forward reads a, b and writes c (3 T); backward reads a, b, dc and writes da, db (5 T); full 7 T (the
-project's model for this op, as in targets.md). tigon runs with in_place=True, as inside an MLP block: the gradients
-are written over a and b, as Liger's backward always does; the timed inputs therefore drift from run to run, which
-does not change the time of an elementwise kernel (the error check uses fresh copies).
+bf16): forward reads a, b and writes c (3 T); backward reads a, b, dc and writes da, db (5 T); full 7 T. tigon runs
+with in_place=True, as inside an MLP block: the gradients are written over a and b, as Liger's backward always does;
+the timed inputs therefore drift from run to run, which does not change the time of an elementwise kernel (the error
+check uses fresh copies).
 """
 
 from __future__ import annotations

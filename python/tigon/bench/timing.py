@@ -120,7 +120,7 @@ def stream_time_ms(fn: Callable, arg_sets: list[tuple], device: torch.device, es
     fresh, for calls that write over their inputs (a gradient over the logits): every call in the graph gets its own
     copy of arg_sets[0]'s tensors, all restored from arg_sets[0] (and L2 flushed) before each replay, outside the
     timed region. Cycling through a few copies would have most calls read what an earlier call wrote (a gradient
-    instead of logits), which can run at another speed than real data (bench/NOTES.md, seventh session)."""
+    instead of logits), which can run at another speed than real data (docs/performance/benchmarking.md)."""
     if device.type != "cuda":
         return None
     calls = max(len(arg_sets), min(400, round(target_ms / max(est_ms, 1e-3))))

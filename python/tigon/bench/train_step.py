@@ -25,7 +25,7 @@ from tigon.bench.report import Skip, progress
 OP = "train_step"
 BATCH, SEQ = 4, 2048
 
-# Llama-style (the bar), plus one Gemma-style (Gemma 3 1B's shape: GeGLU, (1 + w) norms in fp32, q/k norms,
+# Llama-style (the shape the targets name), plus one Gemma-style (Gemma 3 1B's shape: GeGLU, (1 + w) norms in fp32, q/k norms,
 # 262k tied vocabulary) and one Qwen-style (Qwen3 1.7B's shape: q/k norms, 152k tied vocabulary).
 MODELS = {
     "llama": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,

@@ -1,4 +1,4 @@
-"""Whole-model training step on several GPUs (issue 6): the train_step configurations under FSDP2 (`fully_shard` on
+"""Whole-model training step on several GPUs: the train_step configurations under FSDP2 (`fully_shard` on
 every decoder layer and on the root) or DDP, one process per GPU (NCCL), transformers' model against the same model
 after tigon.transformers.patch.
 
