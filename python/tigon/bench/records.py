@@ -10,6 +10,7 @@ steps). One benchmark invocation shares one timestamp, so (git_sha, timestamp) n
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 ENV_KEYS = ("git_sha", "timestamp", "gpu", "torch", "triton", "transformers", "liger", "tigon")
@@ -81,9 +82,13 @@ def _caption(r: dict, what: str) -> str:
     return f"{what}: {r['gpu']}, {r['dtype']}, git {r['git_sha']}, {r['timestamp'][:10]} ({versions})."
 
 
-def ops_markdown(rows: list[dict]) -> str:
-    """The README's table: tigon's device ms per op and shape, and each baseline's time over tigon's (same run)."""
+def ops_markdown(rows: list[dict], brief: bool = False) -> str:
+    """The op table: tigon's device ms per op and shape, and each baseline's time over tigon's (same run); brief keeps
+    each op's first shape (the README's)."""
     run = newest_run(rows)
+    if brief:
+        first = {r["op"]: tuple(r["shape"]) for r in reversed(run)}
+        run = [r for r in run if tuple(r["shape"]) == first[r["op"]]]
     if not run:
         return "(no op rows in the results file)"
     by = {(r["op"], tuple(r["shape"]), r["impl"]): r for r in run}
@@ -97,9 +102,10 @@ def ops_markdown(rows: list[dict]) -> str:
         cells += [_ratio(by.get((op, shape, b)), t) for b in IMPLS[1:]]
         cells.append(f"{t['peak_mib']:.0f}" if t.get("peak_mib") is not None else "-")
         out.append("| " + " | ".join(cells) + " |")
-    out += ["", _caption(run[0], "Measured") + " Times are steady-state device ms (CUDA graph of back-to-back calls on "
-            "fresh inputs); full = forward + backward. vs X = X's full time / tigon's (above 1: tigon is faster). "
-            "\\* not graph-capturable: eager calls compared."]
+    out += ["", textwrap.fill(_caption(run[0], "Measured") + " Times are steady-state device ms (CUDA graph of "
+                              "back-to-back calls on fresh inputs); full = forward + backward. vs X = X's full time / "
+                              "tigon's (above 1: tigon is faster). \\* not graph-capturable: eager calls compared.",
+                              width=118, break_on_hyphens=False)]
     return "\n".join(out)
 
 

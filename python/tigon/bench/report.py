@@ -228,13 +228,14 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
 # ---- the results file -------------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    """python -m tigon.bench.report --markdown [--file bench/results/h200.jsonl] [--train-step]"""
+    """python -m tigon.bench.report --markdown [--brief | --train-step] [--file bench/results/h200.jsonl]"""
     import argparse
 
     from tigon.bench import records
     p = argparse.ArgumentParser(prog="python -m tigon.bench.report", description=records.__doc__)
     p.add_argument("--markdown", action="store_true", help="print the newest run's table as markdown (the README's)")
     p.add_argument("--train-step", action="store_true", help="the whole-model train step table instead of the ops'")
+    p.add_argument("--brief", action="store_true", help="one shape per op, the first the benchmark lists")
     p.add_argument("--file", type=Path, default=Path("bench/results/h200.jsonl"))
     args = p.parse_args(argv)
     if not args.markdown:
@@ -242,7 +243,7 @@ def main(argv=None) -> int:
     if not args.file.is_file():
         p.error(f"--file {args.file}: no such file (run from the repository root, or name the file)")
     rows = records.read(args.file)
-    print(records.train_step_markdown(rows) if args.train_step else records.ops_markdown(rows))
+    print(records.train_step_markdown(rows) if args.train_step else records.ops_markdown(rows, args.brief))
     return 0
 
 
