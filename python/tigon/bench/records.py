@@ -102,10 +102,11 @@ def ops_markdown(rows: list[dict], brief: bool = False) -> str:
         cells += [_ratio(by.get((op, shape, b)), t) for b in IMPLS[1:]]
         cells.append(f"{t['peak_mib']:.0f}" if t.get("peak_mib") is not None else "-")
         out.append("| " + " | ".join(cells) + " |")
-    out += ["", textwrap.fill(_caption(run[0], "Measured") + " Times are steady-state device ms (CUDA graph of "
-                              "back-to-back calls on fresh inputs); full = forward + backward. vs X = X's full time / "
-                              "tigon's (above 1: tigon is faster). \\* not graph-capturable: eager calls compared.",
-                              width=118, break_on_hyphens=False)]
+    timed = ("steady-state device ms (CUDA graph of back-to-back calls on fresh inputs)"
+             if any(r.get("full_dev_ms") is not None for r in run) else "eager ms per call (no GPU: no device time)")
+    out += ["", textwrap.fill(f"{_caption(run[0], 'Measured')} Times are {timed}; full = forward + backward. vs X = "
+                              "X's full time / tigon's (above 1: tigon is faster). \\* not graph-capturable: eager "
+                              "calls compared.", width=118, break_on_hyphens=False)]
     return "\n".join(out)
 
 
