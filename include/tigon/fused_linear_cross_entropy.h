@@ -15,7 +15,7 @@
  * Shapes and dtypes: x [N, H] (or [..., H]) in {fp32, fp16, bf16}, last stride 1, any row stride >= H; weight [V, H]
  * in x's dtype, last stride 1, any row stride >= H; bias NULL or V contiguous values of weight's dtype; target N
  * contiguous int32 or int64 values; class_weight NULL or V contiguous fp32 values (cross entropy's `weight`).
- * The CUDA path needs H to be a multiple of 8 (16-byte rows for the tensor cores).
+ * Any H: rows that are not 16-byte multiples (H not a multiple of 8 in 16-bit) take cuBLASLt's unaligned GEMM kernels.
  * loss, z_loss, accuracy: as tigon_cross_entropy_fwd (fp32; N values for NONE, else 1; the last two may be NULL).
  * grad_output: NULL (the gradients of the loss itself), or fp32: one value, or N values with any stride (NONE only);
  * the backward of NONE with a per-token upstream gradient calls the forward again with it (recomputing the logits).

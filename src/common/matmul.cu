@@ -32,9 +32,11 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-// The largest power of two (up to cuBLASLt's 256) that divides the address: kernels that need more are excluded.
-uint32_t alignment(const void* p) {
-  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+// The largest power of two (up to cuBLASLt's 256) that divides the address and, for a matrix, the bytes between its
+// columns: every column starts that aligned, so kernels that need more (16-byte TMA rows) are excluded. A hidden size
+// that is not a multiple of 8 (16-bit) or 4 (fp32) thus gets cuBLASLt's unaligned kernels instead of a failed launch.
+uint32_t alignment(const void* p, int64_t ld_bytes = 0) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p) | uintptr_t(ld_bytes);
   uint32_t a = 256;
   while (a > 1 && v % a != 0) a /= 2;
   return a;
@@ -191,8 +193,9 @@ void matmul(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStrea
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   const Key key = {device, int64_t(mm.ab), int64_t(mm.d), mm.trans_a, mm.trans_b, mm.m, mm.n, mm.k, mm.lda, mm.ldb,
-                   mm.ldd, mm.accumulate, mm.bias ? alignment(mm.bias) : 0, alignment(mm.a), alignment(mm.b),
-                   alignment(mm.dst), int64_t(workspace_bytes), alignment(workspace)};
+                   mm.ldd, mm.accumulate, mm.bias ? alignment(mm.bias) : 0, alignment(mm.a, mm.lda * dtype_bytes(mm.ab)),
+                   alignment(mm.b, mm.ldb * dtype_bytes(mm.ab)), alignment(mm.dst, mm.ldd * dtype_bytes(mm.d)),
+                   int64_t(workspace_bytes), alignment(workspace)};
   const cublasLtHandle_t h = handle(device);
   const Plan& p = plan_for(key, mm, h, workspace_bytes);
   if (mm.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, mm.bias);

@@ -36,8 +36,6 @@ void check_x_weight(const tigon_tensor& xt, const tigon_tensor& wt, RowMatrix& x
   if (w.rows == 0) fail_arg("weight", "needs at least one class (V = 0)");
   for (RowMatrix* m : {&x, &w})  // a lone row's stride is arbitrary; the GEMMs want a leading dimension >= H
     if (m->rows <= 1) m->row_stride = m->cols;
-  if (is_cuda(xt) && x.cols % 8 != 0)
-    fail_arg("x", "hidden size ", x.cols, " must be a multiple of 8 on the CUDA path (16-byte rows for the GEMMs)");
 }
 
 // An fp32 vector of n elements on x's device.

@@ -37,14 +37,33 @@ using cross_entropy::RowArgs;
 constexpr int kNarrowThreads = 256, kPer = 8;  // 8 values per thread: two 16-byte loads, one 16-byte store
 constexpr int64_t kFirst = int64_t(kNarrowThreads) * kPer;
 
+// Values [i, min(i + kPer, n)): vectors when all kPer are there, else one by one (n = V·H need not be a multiple of 8).
+__device__ __forceinline__ int narrow_load(const float* buf, int64_t i, int64_t n, float (&v)[kPer]) {
+  if (i + kPer <= n) {
+    cuda::load_vec<float, kPer>(buf + i, v);
+    return kPer;
+  }
+  const int k = i < n ? int(n - i) : 0;
+  for (int j = 0; j < k; ++j) v[j] = buf[i + j];
+  return k;
+}
+
+template <class T>
+__device__ __forceinline__ void narrow_store(T* out, int64_t i, int k, const float (&v)[kPer]) {
+  if (k == kPer) {
+    cuda::store_vec<T, kPer>(out + i, v);
+    return;
+  }
+  for (int j = 0; j < k; ++j) out[i + j] = cuda::from_f<T>(v[j]);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kNarrowThreads) narrow_first_kernel(float* buf, int64_t n) {
   const int64_t i = int64_t(threadIdx.x) * kPer;
   float v[kPer];
-  const bool mine = i < n;  // n is a multiple of 8 (H is)
-  if (mine) cuda::load_vec<float, kPer>(buf + i, v);
+  const int k = narrow_load(buf, i, n, v);
   __syncthreads();  // every value of [0, kFirst) read before any is overwritten
-  if (mine) cuda::store_vec<T, kPer>(reinterpret_cast<T*>(buf) + i, v);
+  narrow_store(reinterpret_cast<T*>(buf), i, k, v);
 }
 
 template <class T>
@@ -52,8 +71,7 @@ __global__ void __launch_bounds__(kNarrowThreads) narrow_kernel(float* buf, int6
   for (int64_t i = begin + (int64_t(blockIdx.x) * kNarrowThreads + threadIdx.x) * kPer; i < end;
        i += int64_t(gridDim.x) * kNarrowThreads * kPer) {
     float v[kPer];
-    cuda::load_vec<float, kPer>(buf + i, v);
-    cuda::store_vec<T, kPer>(reinterpret_cast<T*>(buf) + i, v);
+    narrow_store(reinterpret_cast<T*>(buf), i, narrow_load(buf, i, end, v), v);
   }
 }
 

@@ -360,11 +360,17 @@ def test_c_library_errors_surface_with_the_message():
         _lib.check(mod._bwd(arg(x), None, None, arg(torch.ones(3)), None))
 
 
-@needs_cuda
-def test_hidden_size_not_a_multiple_of_8_on_gpu_names_x():
-    x, w, t, _ = make_inputs(4, 12, 50, torch.bfloat16, "cuda")
-    with pytest.raises(ValueError, match="'x'.*multiple of 8"):
-        fused_linear_cross_entropy(x, w, t)
+# Hidden sizes that are not a multiple of 8: rows that are not 16-byte multiples (cuBLASLt's unaligned GEMMs on a
+# GPU), a strided x, a bias, several chunks (a dW narrowed in place whose V x H is not a multiple of 8 either).
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("h", [31, 341, 4097])
+@pytest.mark.parametrize("chunk_rows", [None, 4], ids=["one_chunk", "many_chunks"])
+def test_hidden_size_not_a_multiple_of_8(device, dtype, h, chunk_rows):
+    n, v = (67, 1031) if device == "cuda" else (9, 37)
+    x, w, t, b = make_inputs(n, h, v, dtype, device, ignored=2, bias=True, x_pad=3)
+    check(x, w, t, b, chunk_rows=chunk_rows, label_smoothing=0.1, lse_square_scale=1e-4)
+    check(x, w, t, b, chunk_rows=chunk_rows, reduction="none")
 
 
 @needs_cuda
@@ -372,3 +378,30 @@ def test_device_mismatch_names_the_argument():
     with pytest.raises(ValueError, match="'weight'"):
         fused_linear_cross_entropy(torch.randn(4, 8, device="cuda"), torch.randn(5, 8),
                                    torch.zeros(4, dtype=torch.int64, device="cuda"))
+
+
+# Under torch.autocast the products run in the autocast dtype, as F.linear's would: fp32 x and weight under
+# autocast(bfloat16) give transformers' autocast loss (lm_head, then the loss on the bf16 logits) within bf16 rounding,
+# and gradients in the leaves' fp32.
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_autocast_computes_in_the_autocast_dtype(device, reduction):
+    n, h, v = (129, 96, 4099) if device == "cuda" else (17, 24, 301)
+    x, w, t, b = make_inputs(n, h, v, torch.float32, device, ignored=2, bias=True)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        loss = fused_linear_cross_entropy(x, w, t, b, reduction=reduction)
+        logits = F.linear(x, w, b)
+        ref = F.cross_entropy(logits.float(), t, reduction=reduction)
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    dy = torch.rand_like(ref) + 0.5
+    grads = torch.autograd.grad(loss, (x, w, b), dy)
+    ref_grads = torch.autograd.grad(ref, (x, w, b), dy)
+    assert_close(loss, ref.double(), torch.bfloat16, name="loss")
+    for name, g, r in zip(("dx", "dw", "db"), grads, ref_grads):
+        assert g.dtype == torch.float32, name
+        assert_close(g, r.double(), torch.bfloat16, name=name)
+    # the bf16 products are what was computed: the same bits as bf16 inputs
+    with torch.autocast(device, dtype=torch.bfloat16):
+        bf = fused_linear_cross_entropy(x.detach().bfloat16(), w.detach().bfloat16(), t, b.detach().bfloat16(),
+                                        reduction=reduction)
+    assert torch.equal(loss, bf)

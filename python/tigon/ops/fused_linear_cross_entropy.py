@@ -215,6 +215,17 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         return ((dx if need_dx else None), (dw if need_dw else None), (db if need_db else None)) + (None,) * 13
 
 
+def _autocast(x, weight, bias):
+    """Under torch.autocast, x, weight and bias in the autocast dtype, as F.linear would take them (the casts are
+    autograd's, so an fp32 weight gets an fp32 gradient); as they are otherwise."""
+    if not (isinstance(x, torch.Tensor) and x.device.type in ("cpu", "cuda")
+            and torch.is_autocast_enabled(x.device.type)):
+        return x, weight, bias
+    dtype = torch.get_autocast_dtype(x.device.type)
+    cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    return cast(x), cast(weight), cast(bias)
+
+
 def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                                bias: torch.Tensor | None = None, ce_weight: torch.Tensor | None = None,
                                ignore_index: int = -100, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
@@ -223,15 +234,17 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
                                chunk_rows: int | None = None, dw_accumulation: str = "fp32"):
     """Cross entropy of the logits x @ weight.T + bias against target, without materialising the logits.
 
-    x [..., H] (fp32, fp16 or bf16; H a multiple of 8 on a GPU), weight [V, H] and bias [V] in x's dtype, target
+    x [..., H] (fp32, fp16 or bf16; any H), weight [V, H] and bias [V] in x's dtype, target
     x.shape[:-1] of int64 or int32. The cross-entropy options are tigon.ops.cross_entropy's (ce_weight is its class
-    weight); the logits are computed in x's dtype, as x @ weight.T would give them. Returns the loss ([...] for
+    weight); the logits are computed in x's dtype, as x @ weight.T would give them. Under torch.autocast, x, weight
+    and bias are first cast to the autocast dtype, as F.linear casts them (an fp32 weight keeps an fp32 gradient). Returns the loss ([...] for
     "none", else a scalar), plus the z-loss and the token accuracy when asked (neither carries a gradient).
 
     Tokens go through in chunks: as many per chunk as have logits within memory_budget bytes (default 1.5 GiB), or
     exactly chunk_rows. Gradients are summed in fp32; with dw_accumulation="weight" a 16-bit weight's gradient is
     instead accumulated in its own dtype over the chunks (rounded after each; with a single chunk both are the same).
     """
+    x, weight, bias = _autocast(x, weight, bias)
     _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothing, lse_square_scale, softcap,
                 reduction, memory_budget, chunk_rows, dw_accumulation)
     x2 = x.reshape(-1, x.shape[-1])

@@ -59,10 +59,6 @@ def fused_loss(model, family: Family, hidden: torch.Tensor, labels, num_items_in
         x = x / config.logits_scaling
     softcap = getattr(config, "final_logit_softcapping", None) if family.softcap else None
     weight, bias = model.lm_head.weight, model.lm_head.bias
-    if torch.is_autocast_enabled(x.device.type):  # what F.linear would compute in under autocast
-        dtype = torch.get_autocast_dtype(x.device.type)
-        x, weight = x.to(dtype), weight.to(dtype)
-        bias = None if bias is None else bias.to(dtype)
     reduction = "mean" if num_items_in_batch is None else "sum"
     loss = fused_linear_cross_entropy(x, weight, target, bias, ignore_index=ignore_index, softcap=softcap,
                                       reduction=reduction)
@@ -84,12 +80,11 @@ def _hf_loss(model) -> bool:
     return "_loss_function" not in model.__dict__ and model.loss_function is ForCausalLMLoss
 
 
-def _fusable(model, hidden_size: int) -> bool:
+def _fusable(model) -> bool:
     head = model.lm_head
     if not isinstance(head, torch.nn.Linear) or head.weight.dtype not in FLOAT_DTYPES:
         return False  # LoRA / modules_to_save wrappers, quantised weights: transformers' own lm_head call
-    device = head.weight.device.type
-    return device == "cpu" or (device == "cuda" and hidden_size % 8 == 0)  # the GPU GEMM's alignment
+    return head.weight.device.type in ("cpu", "cuda")
 
 
 # the output classes' field names, read once here: torch.compile cannot trace dataclasses.fields
@@ -159,7 +154,7 @@ def make_forward(original, family: Family, fused: bool, ce: bool):
         kwargs.update(zip(positional, args))
         if kwargs.get("labels") is None or not _hf_loss(self):
             return original(self, **kwargs)
-        if fused and self.training and _fusable(self, self.config.hidden_size):
+        if fused and self.training and _fusable(self):
             return _fused_forward(self, family, balance, kwargs)
         if ce:
             return _ce_forward(self, original, kwargs)
