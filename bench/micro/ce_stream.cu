@@ -264,8 +264,8 @@ int main(int argc, char** argv) {
       for (int i = 3; i < argc; ++i) {
         if (tigon_testing_cross_entropy_kernel(argv[i]) != TIGON_SUCCESS) return 1;
         const float us = time_us([&] {
-          if (tigon_cross_entropy_fwd(&logits, &tgt, nullptr, &loss_t, nullptr, nullptr, &logits, params, ws, ws_bytes,
-                                      nullptr) != TIGON_SUCCESS)
+          if (tigon_cross_entropy_fwd(&logits, &tgt, nullptr, &loss_t, nullptr, nullptr, nullptr, &logits, params, ws,
+                                      ws_bytes, nullptr) != TIGON_SUCCESS)
             std::exit(1);
         });
         char name[96];

@@ -16,7 +16,8 @@
  * in x's dtype, last stride 1, any row stride >= H; bias NULL or V contiguous values of weight's dtype; target N
  * contiguous int32 or int64 values; class_weight NULL or V contiguous fp32 values (cross entropy's `weight`).
  * Any H: rows that are not 16-byte multiples (H not a multiple of 8 in 16-bit) take cuBLASLt's unaligned GEMM kernels.
- * loss, z_loss, accuracy: as tigon_cross_entropy_fwd (fp32; N values for NONE, else 1; the last two may be NULL).
+ * loss, z_loss, accuracy, predicted: as tigon_cross_entropy_fwd (fp32; N values for NONE, else 1; the last two may
+ * be NULL; predicted: NULL or N int64 argmax columns, -1 for ignored tokens). params.ce.token_scaling as there.
  * grad_output: NULL (the gradients of the loss itself), or fp32: one value, or N values with any stride (NONE only);
  * the backward of NONE with a per-token upstream gradient calls the forward again with it (recomputing the logits).
  * dx: NULL (not wanted) or [N, H] (or [..., H]) in x's dtype, last stride 1, any row stride >= H.
@@ -69,11 +70,12 @@ TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_workspace_size(
     const tigon_tensor* x, const tigon_tensor* weight, tigon_fused_linear_cross_entropy_params params, size_t* bytes,
     int64_t* chunk_rows);
 
-/* Loss (z_loss, accuracy) and, for each of dx, dw, db that is not NULL, that gradient. stream: a cudaStream_t. */
+/* Loss (z_loss, accuracy, predicted) and, for each of dx, dw, db that is not NULL, that gradient. stream: a
+ * cudaStream_t. */
 TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_fwd(
     const tigon_tensor* x, const tigon_tensor* weight, const tigon_tensor* bias, const tigon_tensor* target,
     const tigon_tensor* class_weight, const tigon_tensor* grad_output, const tigon_tensor* loss,
-    const tigon_tensor* z_loss, const tigon_tensor* accuracy, const tigon_tensor* dx, const tigon_tensor* dw,
+    const tigon_tensor* z_loss, const tigon_tensor* accuracy, const tigon_tensor* predicted, const tigon_tensor* dx, const tigon_tensor* dw,
     const tigon_tensor* db, tigon_fused_linear_cross_entropy_params params, void* workspace, size_t workspace_bytes,
     void* stream);
 

@@ -217,10 +217,11 @@ inline size_t cross_entropy_fwd_workspace_size(const TensorView& logits) {
 
 inline void cross_entropy_fwd(const TensorView& logits, const TensorView& target, const TensorView* weight,
                               const TensorView& loss, const TensorView* z_loss, const TensorView* accuracy,
-                              const TensorView* grad, tigon_cross_entropy_params params, void* workspace,
-                              size_t workspace_bytes, void* stream = nullptr) {
+                              const TensorView* predicted, const TensorView* grad, tigon_cross_entropy_params params,
+                              void* workspace, size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_cross_entropy_fwd(logits, target, detail::opt(weight), loss, detail::opt(z_loss),
-                                detail::opt(accuracy), detail::opt(grad), params, workspace, workspace_bytes, stream));
+                                detail::opt(accuracy), detail::opt(predicted), detail::opt(grad), params, workspace,
+                                workspace_bytes, stream));
 }
 
 inline void cross_entropy_bwd(const TensorView& grad, const TensorView& grad_output, void* stream = nullptr) {
@@ -239,13 +240,15 @@ inline std::pair<size_t, int64_t> fused_linear_cross_entropy_workspace_size(
 inline void fused_linear_cross_entropy_fwd(const TensorView& x, const TensorView& weight, const TensorView* bias,
                                            const TensorView& target, const TensorView* class_weight,
                                            const TensorView* grad_output, const TensorView& loss,
-                                           const TensorView* z_loss, const TensorView* accuracy, const TensorView* dx,
-                                           const TensorView* dw, const TensorView* db,
+                                           const TensorView* z_loss, const TensorView* accuracy,
+                                           const TensorView* predicted, const TensorView* dx, const TensorView* dw,
+                                           const TensorView* db,
                                            tigon_fused_linear_cross_entropy_params params, void* workspace,
                                            size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_fused_linear_cross_entropy_fwd(x, weight, detail::opt(bias), target, detail::opt(class_weight),
                                              detail::opt(grad_output), loss, detail::opt(z_loss),
-                                             detail::opt(accuracy), detail::opt(dx), detail::opt(dw),
+                                             detail::opt(accuracy), detail::opt(predicted), detail::opt(dx),
+                                             detail::opt(dw),
                                              detail::opt(db), params, workspace, workspace_bytes, stream));
 }
 

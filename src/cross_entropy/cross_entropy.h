@@ -18,6 +18,8 @@ struct FwdProblem {
   float* loss = nullptr;       // rows elements for NONE, else 1
   float* z_loss = nullptr;     // optional, like loss
   float* accuracy = nullptr;   // optional, like loss
+  int64_t* predicted = nullptr;  // optional, rows elements whatever the reduction: argmax, -1 for ignored rows
+  bool token_scaling = false;    // each row's loss and gradient times its (detached) target probability
   int64_t ignore_index = -100;
   float smoothing = 0.f, z_scale = 0.f, softcap = 0.f;
   int reduction = TIGON_REDUCTION_MEAN;
@@ -36,6 +38,8 @@ size_t fwd_workspace_bytes(int64_t rows);
 // Argument checks shared with the ops built on cross entropy (cross_entropy_api.cpp): the options, and on the CPU
 // the targets (outside [0, V) and not ignore_index is an error naming 'target').
 void check_params(const tigon_cross_entropy_params& p);
+// An optional int64 output of `rows` elements on the device of `on` (named on_name): NULL when t is.
+int64_t* check_predicted(const tigon_tensor* t, const tigon_tensor& on, const char* on_name, int64_t rows);
 void check_targets_on_host(const FwdProblem& p);
 
 // CPU reference: fp64 accumulation, written for clarity (cross_entropy_ref.cpp).

@@ -32,6 +32,16 @@ void check_params(const tigon_cross_entropy_params& p) {
     fail_arg("softcap", "must be finite and > 0 (or 0 for none), got ", p.softcap);
   if (p.reduction < TIGON_REDUCTION_NONE || p.reduction > TIGON_REDUCTION_SUM)
     fail_arg("reduction", "must be 0 (none), 1 (mean) or 2 (sum), got ", p.reduction);
+  if (p.token_scaling != 0 && p.token_scaling != 1)
+    fail_arg("token_scaling", "must be 0 or 1, got ", p.token_scaling);
+}
+
+int64_t* check_predicted(const tigon_tensor* t, const tigon_tensor& on, const char* on_name, int64_t rows) {
+  if (t == nullptr) return nullptr;
+  const tigon_tensor& o = require(t, "predicted");
+  check_same_device(on, on_name, o, "predicted");
+  check_dtype_in(dtype_of(o, "predicted"), "predicted", {DType::kInt64});
+  return static_cast<int64_t*>(as_vector(o, "predicted", rows));
 }
 
 // CPU only: a target outside [0, V) is the caller's mistake; the CUDA path marks the row NaN instead (no sync).
@@ -63,7 +73,8 @@ tigon_status_t tigon_cross_entropy_fwd_workspace_size(const tigon_tensor* logits
 tigon_status_t tigon_cross_entropy_fwd(const tigon_tensor* logits, const tigon_tensor* target,
                                        const tigon_tensor* weight, const tigon_tensor* loss,
                                        const tigon_tensor* z_loss, const tigon_tensor* accuracy,
-                                       const tigon_tensor* grad, tigon_cross_entropy_params params, void* workspace,
+                                       const tigon_tensor* predicted, const tigon_tensor* grad,
+                                       tigon_cross_entropy_params params, void* workspace,
                                        size_t workspace_bytes, void* stream) {
   return api_guard("tigon_cross_entropy_fwd", [&] {
     check_params(params);
@@ -92,6 +103,7 @@ tigon_status_t tigon_cross_entropy_fwd(const tigon_tensor* logits, const tigon_t
     p.loss = check_output(loss, "loss", lt, n_out);
     if (z_loss) p.z_loss = check_output(z_loss, "z_loss", lt, n_out);
     if (accuracy) p.accuracy = check_output(accuracy, "accuracy", lt, n_out);
+    p.predicted = check_predicted(predicted, lt, "logits", rows);
 
     if (grad) {
       const tigon_tensor& gt = require(grad, "grad");
@@ -111,6 +123,7 @@ tigon_status_t tigon_cross_entropy_fwd(const tigon_tensor* logits, const tigon_t
     p.z_scale = params.lse_square_scale;
     p.softcap = params.softcap;
     p.reduction = params.reduction;
+    p.token_scaling = params.token_scaling == 1;
     if (is_cuda(lt)) {
       TIGON_ON_CUDA(lt, {
         const size_t need = fwd_workspace_bytes(rows);

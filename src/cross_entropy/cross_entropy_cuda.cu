@@ -211,7 +211,9 @@ RowArgs loss_args(const FwdProblem& p, int64_t rows, float* ws) {
   a.z_scale = p.z_scale;
   a.softcap = p.softcap;
   a.mean = p.reduction == TIGON_REDUCTION_MEAN;
-  a.want_arg = p.accuracy != nullptr;
+  a.want_arg = p.accuracy != nullptr || p.predicted != nullptr;
+  a.token_scaling = p.token_scaling;
+  a.predicted = p.predicted;
   a.totals = ws;
   a.row_ce = ws + kTotals;
   a.row_z = a.row_ce + rows;

@@ -396,21 +396,24 @@ __device__ __forceinline__ RowTotals load_totals(const RowArgs& a, int64_t t) {
 }
 
 // The row's loss terms from its merged statistics (written when `writer`) and its gradient's coefficients. xt: the
-// soft-capped target logit (NaN for a target out of range, which makes the row's loss and gradient NaN).
+// soft-capped target logit (NaN for a target out of range, which makes the row's loss and gradient NaN); with token
+// scaling every thread needs it, else the writer alone.
 __device__ __forceinline__ GradCoef finish_row(const RowArgs& a, int64_t row, int64_t t, float xt, const RowStats& st,
                                                const RowTotals& tot, bool writer) {
   const float lse = st.m + __logf(st.s);
   const float eps = a.smoothing, eps_v = eps / float(a.cols);
   const float wt = tot.wt, weight_all = tot.weight_all;
+  const float s = a.token_scaling ? __expf(xt - lse) : 1.f;  // the target's probability, a constant to the gradient
   if (writer) {
     float ce = (1.f - eps) * wt * (lse - xt);
     if (eps > 0.f) ce += eps_v * (lse * weight_all - st.wx);
-    a.row_ce[row] = ce;
-    a.row_z[row] = a.z_scale * lse * lse;
+    a.row_ce[row] = s * ce;
+    a.row_z[row] = s * a.z_scale * lse * lse;
     a.row_correct[row] = a.want_arg && st.arg == t ? 1.f : 0.f;
+    if (a.predicted) a.predicted[row] = st.arg;
   }
-  const float ce_scale = a.mean ? 1.f / tot.weight_sum : 1.f;
-  const float z_scale = a.mean ? 1.f / tot.count : 1.f;
+  const float ce_scale = s * (a.mean ? 1.f / tot.weight_sum : 1.f);
+  const float z_scale = s * (a.mean ? 1.f / tot.count : 1.f);
   GradCoef k;
   k.t = t;
   k.a = ce_scale * ((1.f - eps) * wt + eps_v * weight_all) + z_scale * 2.f * a.z_scale * lse;
@@ -424,6 +427,7 @@ __device__ __forceinline__ GradCoef finish_row(const RowArgs& a, int64_t row, in
 // An ignored row: no loss, a zero gradient.
 __device__ __forceinline__ void write_ignored(const RowArgs& a, int64_t row) {
   a.row_ce[row] = a.row_z[row] = a.row_correct[row] = 0.f;
+  if (a.predicted) a.predicted[row] = -1;
 }
 
 __device__ __forceinline__ int64_t load_target(const RowArgs& a, int64_t row) {

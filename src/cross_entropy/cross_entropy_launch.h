@@ -24,7 +24,9 @@ struct RowArgs {
   float smoothing = 0.f, z_scale = 0.f, softcap = 0.f;
   float inv_softcap = 0.f;  // 1 / softcap, set by launch_rows from softcap (callers need not)
   bool mean = true;
-  bool want_arg = true;  // the argmax column is wanted (accuracy asked for); else the kernels skip finding it
+  bool want_arg = true;  // the argmax column is wanted (accuracy or predicted asked for); else the kernels skip it
+  bool token_scaling = false;  // the row's terms and gradient times exp(x'_t - lse); every thread reads x'_t then
+  int64_t* predicted = nullptr;  // the argmax column per row (-1: ignored), written by the row kernel
   const float* totals = nullptr;  // written by the totals kernel before the row kernel runs
   float* row_ce = nullptr;
   float* row_z = nullptr;

@@ -74,6 +74,7 @@ void fwd_cpu(const FwdProblem& p) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = target_of(p, r);
     double ce = 0, z = 0, correct = 0;
+    if (p.predicted) p.predicted[r] = -1;  // ignored rows keep it
     if (t == p.ignore_index) {
       if (p.grad.data)
         for (int64_t c = 0; c < V; ++c) store_elem(p.grad.data, p.grad.dtype, r * p.grad.row_stride + c, 0.0);
@@ -89,13 +90,18 @@ void fwd_cpu(const FwdProblem& p) {
       }
       z = double(p.z_scale) * row.lse * row.lse;
       correct = row.argmax == t ? 1.0 : 0.0;
+      if (p.predicted) p.predicted[r] = row.argmax;
+      // token scaling: the row's terms and gradient times the target's probability, a constant to the gradient
+      const double s = p.token_scaling ? std::exp(row.x[t] - row.lse) : 1.0;
+      ce *= s;
+      z *= s;
       if (p.grad.data) {
         for (int64_t c = 0; c < V; ++c) {
           const double prob = std::exp(row.x[c] - row.lse);
           double g = ce_scale * ((1 - eps) * wt * (prob - (c == t ? 1.0 : 0.0)) +
                                  eps / double(V) * (weight_all * prob - class_weight(p, c)));
           g += z_scale * 2.0 * double(p.z_scale) * row.lse * prob;
-          store_elem(p.grad.data, p.grad.dtype, r * p.grad.row_stride + c, g * row.dcap[c]);
+          store_elem(p.grad.data, p.grad.dtype, r * p.grad.row_stride + c, s * g * row.dcap[c]);
         }
       }
     }

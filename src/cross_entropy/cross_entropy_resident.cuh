@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
 
   // The target logit, read before the exchange, after which some block may write a gradient over it.
   float xt = NAN;
-  if (rank == 0 && tid == 0 && t >= 0 && t < a.cols) xt = capped<O>(to_f<T>(x[t]), a);
+  if ((a.token_scaling || (rank == 0 && tid == 0)) && t >= 0 && t < a.cols) xt = capped<O>(to_f<T>(x[t]), a);
 
   // Vector k of the row (v0 <= k < v_end) is slice[k - v0].
   const auto from_slice = [&](uint32_t k) { return slice[k - uint32_t(v0)]; };

@@ -92,9 +92,9 @@ tigon_status_t tigon_fused_linear_cross_entropy_workspace_size(const tigon_tenso
 tigon_status_t tigon_fused_linear_cross_entropy_fwd(
     const tigon_tensor* x, const tigon_tensor* weight, const tigon_tensor* bias, const tigon_tensor* target,
     const tigon_tensor* class_weight, const tigon_tensor* grad_output, const tigon_tensor* loss,
-    const tigon_tensor* z_loss, const tigon_tensor* accuracy, const tigon_tensor* dx, const tigon_tensor* dw,
-    const tigon_tensor* db, tigon_fused_linear_cross_entropy_params params, void* workspace, size_t workspace_bytes,
-    void* stream) {
+    const tigon_tensor* z_loss, const tigon_tensor* accuracy, const tigon_tensor* predicted, const tigon_tensor* dx,
+    const tigon_tensor* dw, const tigon_tensor* db, tigon_fused_linear_cross_entropy_params params, void* workspace,
+    size_t workspace_bytes, void* stream) {
   return api_guard("tigon_fused_linear_cross_entropy_fwd", [&] {
     check_params(params);
     const tigon_tensor& xt = require(x, "x");
@@ -124,11 +124,13 @@ tigon_status_t tigon_fused_linear_cross_entropy_fwd(
     ce.loss = check_fp32(loss, "loss", xt, n_out);
     if (z_loss) ce.z_loss = check_fp32(z_loss, "z_loss", xt, n_out);
     if (accuracy) ce.accuracy = check_fp32(accuracy, "accuracy", xt, n_out);
+    ce.predicted = cross_entropy::check_predicted(predicted, xt, "x", N);
     ce.ignore_index = params.ce.ignore_index;
     ce.smoothing = params.ce.label_smoothing;
     ce.z_scale = params.ce.lse_square_scale;
     ce.softcap = params.ce.softcap;
     ce.reduction = params.ce.reduction;
+    ce.token_scaling = params.ce.token_scaling == 1;
 
     if (grad_output) {
       const tigon_tensor& gt = require(grad_output, "grad_output");

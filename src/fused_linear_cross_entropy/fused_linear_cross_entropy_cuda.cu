@@ -162,6 +162,7 @@ void fwd_cuda(const Problem& p, const Plan& plan, void* workspace, void* stream)
     a.x_stride = a.g_stride = plan.ld;
     a.target = at(ce.target, r0, ce.target64 ? 8 : 4);
     a.row_ce += r0, a.row_z += r0, a.row_correct += r0;
+    if (a.predicted) a.predicted += r0;
     TIGON_SWITCH_FLOAT(dt, T, cross_entropy::launch_rows<T>(a, true, s));
     if (!grad) continue;
 

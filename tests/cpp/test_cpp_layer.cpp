@@ -66,11 +66,11 @@ TEST(CppLayer, SwigluAndCrossEntropy) {
       gv(grad.data(), {1, 4}, dt::float32), lossv(loss.data(), {}, dt::float32);
   tigon_cross_entropy_params cp{-100, 0.f, 0.f, 0.f, TIGON_REDUCTION_MEAN};
   std::vector<unsigned char> ws(tigon::cross_entropy_fwd_workspace_size(lv) + 1);
-  tigon::cross_entropy_fwd(lv, tv, nullptr, lossv, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
+  tigon::cross_entropy_fwd(lv, tv, nullptr, lossv, nullptr, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
   EXPECT_NEAR(loss[0], std::log(4.f), 1e-6f);  // uniform logits over 4 classes
   TensorView bad_target(target.data(), {1}, dt::float32);
   expect_error_naming([&] {
-    tigon::cross_entropy_fwd(lv, bad_target, nullptr, lossv, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
+    tigon::cross_entropy_fwd(lv, bad_target, nullptr, lossv, nullptr, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
   }, "target");
 }
 
@@ -86,15 +86,15 @@ TEST(CppLayer, FusedLinearCrossEntropy) {
   const auto [bytes, rows] = tigon::fused_linear_cross_entropy_workspace_size(xv, wv, p);
   EXPECT_EQ(bytes, 0u);  // the CPU path needs none
   EXPECT_EQ(rows, 2);
-  tigon::fused_linear_cross_entropy_fwd(xv, wv, nullptr, tv, nullptr, nullptr, lossv, nullptr, nullptr, &dxv, &dwv,
-                                        nullptr, p, nullptr, 0);
+  tigon::fused_linear_cross_entropy_fwd(xv, wv, nullptr, tv, nullptr, nullptr, lossv, nullptr, nullptr, nullptr, &dxv,
+                                        &dwv, nullptr, p, nullptr, 0);
   EXPECT_NEAR(loss[0], std::log(4.f), 1e-6f);
   EXPECT_NEAR(dx[0], 0.f, 1e-7f);  // sum over v of (p_v - [v == t]) * 1
   tigon::fused_linear_cross_entropy_bwd(&dxv, &dwv, nullptr, hv);
   TensorView short_target(target.data(), {1}, dt::int64);
   expect_error_naming([&] {
     tigon::fused_linear_cross_entropy_fwd(xv, wv, nullptr, short_target, nullptr, nullptr, lossv, nullptr, nullptr,
-                                          nullptr, nullptr, nullptr, p, nullptr, 0);
+                                          nullptr, nullptr, nullptr, nullptr, p, nullptr, 0);
   }, "target");
 }
 

@@ -50,7 +50,7 @@ TEST(CrossEntropyReference, MatchesNaiveFp64WithWeightsSmoothingAndIgnoredRows) 
     auto xv = x.view(), gv = grad.view();
     tigon::TensorView tv(t.data(), {N}, tigon::dtype::int64), wv(w.data(), {V}, tigon::dtype::float32),
         lv(&loss, {}, tigon::dtype::float32);
-    ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, wv, lv, nullptr, nullptr, gv, params(TIGON_REDUCTION_MEAN, 0.2f),
+    ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, wv, lv, nullptr, nullptr, nullptr, gv, params(TIGON_REDUCTION_MEAN, 0.2f),
                                       nullptr, 0, nullptr),
               TIGON_SUCCESS) << tigon_last_error();
     double sum = 0, W = 0;
@@ -80,9 +80,9 @@ TEST(CrossEntropyReference, InPlaceEqualsOutOfPlaceAndScaleMultiplies) {
   auto xv = x.view(), gv = grad.view(), lgv = logits.view();
   tigon::TensorView tv(t.data(), {N}, tigon::dtype::int32), lv(loss.data(), {N}, tigon::dtype::float32),
       lv2(loss2.data(), {N}, tigon::dtype::float32);
-  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, gv, params(TIGON_REDUCTION_NONE), nullptr,
-                                    0, nullptr), TIGON_SUCCESS);
-  ASSERT_EQ(tigon_cross_entropy_fwd(lgv, tv, nullptr, lv2, nullptr, nullptr, lgv, params(TIGON_REDUCTION_NONE),
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, gv, params(TIGON_REDUCTION_NONE),
+                                    nullptr, 0, nullptr), TIGON_SUCCESS);
+  ASSERT_EQ(tigon_cross_entropy_fwd(lgv, tv, nullptr, lv2, nullptr, nullptr, nullptr, lgv, params(TIGON_REDUCTION_NONE),
                                     nullptr, 0, nullptr), TIGON_SUCCESS);
   EXPECT_EQ(loss, loss2);
   EXPECT_EQ(worst_ratio(logits, grad, 0, 0), 0.0);
@@ -110,33 +110,31 @@ TEST(CrossEntropyApi, EveryBadArgumentIsNamed) {
       lv(loss.data(), {}, tigon::dtype::float32), lrows(loss.data(), {4}, tigon::dtype::float32),
       wv(w.data(), {7}, tigon::dtype::float32), one(loss.data(), {1}, tigon::dtype::float32),
       three(loss.data(), {3}, tigon::dtype::float32);
+  // The forward on the CPU (no workspace, no stream).
+  const auto fwd = [](const tigon_tensor* x, const tigon_tensor* t, const tigon_tensor* w, const tigon_tensor* l,
+                      const tigon_tensor* z, const tigon_tensor* a, const tigon_tensor* pr, const tigon_tensor* g,
+                      tigon_cross_entropy_params p) {
+    return tigon_cross_entropy_fwd(x, t, w, l, z, a, pr, g, p, nullptr, 0, nullptr);
+  };
   const auto mean = params(TIGON_REDUCTION_MEAN);
-  expect_arg_error(tigon_cross_entropy_fwd(nullptr, tv, nullptr, lv, nullptr, nullptr, nullptr, mean, nullptr, 0,
-                                           nullptr), "logits");
-  expect_arg_error(tigon_cross_entropy_fwd(xiv, tv, nullptr, lv, nullptr, nullptr, nullptr, mean, nullptr, 0, nullptr),
-                   "logits");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tshort, nullptr, lv, nullptr, nullptr, nullptr, mean, nullptr, 0,
-                                           nullptr), "target");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tfloat, nullptr, lv, nullptr, nullptr, nullptr, mean, nullptr, 0,
-                                           nullptr), "target");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tbad, nullptr, lv, nullptr, nullptr, nullptr, mean, nullptr, 0,
-                                           nullptr), "target");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tv, wv, lv, nullptr, nullptr, nullptr, mean, nullptr, 0, nullptr),
-                   "weight");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tv, nullptr, lrows, nullptr, nullptr, nullptr, mean, nullptr, 0,
-                                           nullptr), "loss");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, lrows, nullptr, nullptr, mean, nullptr, 0, nullptr),
-                   "z_loss");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, lrows, nullptr, mean, nullptr, 0, nullptr),
-                   "accuracy");
-  expect_arg_error(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, g16v, mean, nullptr, 0, nullptr),
-                   "grad");
+  expect_arg_error(fwd(nullptr, tv, nullptr, lv, nullptr, nullptr, nullptr, nullptr, mean), "logits");
+  expect_arg_error(fwd(xiv, tv, nullptr, lv, nullptr, nullptr, nullptr, nullptr, mean), "logits");
+  expect_arg_error(fwd(xv, tshort, nullptr, lv, nullptr, nullptr, nullptr, nullptr, mean), "target");
+  expect_arg_error(fwd(xv, tfloat, nullptr, lv, nullptr, nullptr, nullptr, nullptr, mean), "target");
+  expect_arg_error(fwd(xv, tbad, nullptr, lv, nullptr, nullptr, nullptr, nullptr, mean), "target");
+  expect_arg_error(fwd(xv, tv, wv, lv, nullptr, nullptr, nullptr, nullptr, mean), "weight");
+  expect_arg_error(fwd(xv, tv, nullptr, lrows, nullptr, nullptr, nullptr, nullptr, mean), "loss");
+  expect_arg_error(fwd(xv, tv, nullptr, lv, lrows, nullptr, nullptr, nullptr, mean), "z_loss");
+  expect_arg_error(fwd(xv, tv, nullptr, lv, nullptr, lrows, nullptr, nullptr, mean), "accuracy");
+  expect_arg_error(fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, g16v, mean), "grad");
   for (auto [p, arg] : {std::pair{tigon_cross_entropy_params{-100, 1.5f, 0.f, 0.f, 1}, "label_smoothing"},
                         std::pair{tigon_cross_entropy_params{-100, 0.f, -1.f, 0.f, 1}, "lse_square_scale"},
                         std::pair{tigon_cross_entropy_params{-100, 0.f, 0.f, -2.f, 1}, "softcap"},
-                        std::pair{tigon_cross_entropy_params{-100, 0.f, 0.f, 0.f, 3}, "reduction"}})
-    expect_arg_error(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, p, nullptr, 0, nullptr),
-                     arg);
+                        std::pair{tigon_cross_entropy_params{-100, 0.f, 0.f, 0.f, 3}, "reduction"},
+                        std::pair{tigon_cross_entropy_params{-100, 0.f, 0.f, 0.f, 1, 2}, "token_scaling"}})
+    expect_arg_error(fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, nullptr, p), arg);
+  // predicted: int64, one per row whatever the reduction
+  expect_arg_error(fwd(xv, tv, nullptr, lv, nullptr, nullptr, one, nullptr, mean), "predicted");
   expect_arg_error(tigon_cross_entropy_bwd(xiv, one, nullptr), "grad");
   expect_arg_error(tigon_cross_entropy_bwd(xv, three, nullptr), "grad_output");
   expect_arg_error(tigon_cross_entropy_bwd(xv, nullptr, nullptr), "grad_output");

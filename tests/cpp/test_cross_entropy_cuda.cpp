@@ -89,8 +89,8 @@ void run_case(const Case& c, const char* variant, double mean = 0.0) {
     tigon::TensorView tv(t.data(), {N}, tigon::dtype::int64), wv(w.data(), {V}, tigon::dtype::float32),
         lv(rloss.data(), {n_out}, tigon::dtype::float32), zv(rz.data(), {n_out}, tigon::dtype::float32),
         av(racc.data(), {n_out}, tigon::dtype::float32);
-    ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, gv, p, nullptr, 0, nullptr),
-              TIGON_SUCCESS) << tigon_last_error();
+    ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, nullptr, gv, p, nullptr, 0,
+              nullptr), TIGON_SUCCESS) << tigon_last_error();
   }
   // the same on the GPU; in place the gradient lands in the logits' buffer
   Dev gx(x.data(), x.span_bytes()), gg(grad.data(), grad.span_bytes()), gt(t.data(), N * 8), gw(w.data(), V * 4),
@@ -105,8 +105,8 @@ void run_case(const Case& c, const char* variant, double mean = 0.0) {
       lv(gl.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)),
       zv(gz.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)),
       av(ga.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0));
-  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, gv, p, ws.get(), ws.size(),
-                                    nullptr), TIGON_SUCCESS) << tigon_last_error();
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, nullptr, gv, p, ws.get(),
+                                    ws.size(), nullptr), TIGON_SUCCESS) << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   if (variant) {
     const std::string ran = tigon_testing_cross_entropy_last_kernel(), want = expected_kernel(variant, dt, N, V, V + pad);
@@ -241,7 +241,7 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
   tigon::Buffer ws(ws_bytes, tigon::cuda(0));
   tigon::TensorView tv(gt.ptr, {N}, tigon::dtype::int32, tigon::cuda(0)),
       lv(gl.ptr, {N}, tigon::dtype::float32, tigon::cuda(0));
-  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, xv,
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, xv,
                                     tigon_cross_entropy_params{-100, 0.f, 0.f, 0.f, TIGON_REDUCTION_NONE}, ws.get(),
                                     ws.size(), nullptr), TIGON_SUCCESS) << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -279,7 +279,7 @@ TEST_P(CrossEntropyCudaLossOnly, MatchesReference) {
   {
     tigon::TensorView tv(t.data(), {N}, tigon::dtype::int64), lv(&rloss, {1}, tigon::dtype::float32),
         zv(&rz, {1}, tigon::dtype::float32), av(&racc, {1}, tigon::dtype::float32);
-    ASSERT_EQ(tigon_cross_entropy_fwd(x.view(), tv, nullptr, lv, zv, av, nullptr, p, nullptr, 0, nullptr),
+    ASSERT_EQ(tigon_cross_entropy_fwd(x.view(), tv, nullptr, lv, zv, av, nullptr, nullptr, p, nullptr, 0, nullptr),
               TIGON_SUCCESS) << tigon_last_error();
   }
   const float poison[3] = {NAN, NAN, NAN};
@@ -292,7 +292,7 @@ TEST_P(CrossEntropyCudaLossOnly, MatchesReference) {
   tigon::TensorView tv(gt.ptr, {N}, tigon::dtype::int64, tigon::cuda(0)),
       lv(out, {1}, tigon::dtype::float32, tigon::cuda(0)), zv(out + 1, {1}, tigon::dtype::float32, tigon::cuda(0)),
       av(out + 2, {1}, tigon::dtype::float32, tigon::cuda(0));
-  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, zv, av, nullptr, p, ws.get(), ws.size(), nullptr),
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, zv, av, nullptr, nullptr, p, ws.get(), ws.size(), nullptr),
             TIGON_SUCCESS) << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::string ran = tigon_testing_cross_entropy_last_kernel();
@@ -340,7 +340,7 @@ TEST(CrossEntropyCudaApi, WorkspaceTooSmallIsAnError) {
   auto xv = x.view(tigon::cuda(0), gx.ptr);
   tigon::TensorView tv(gt.ptr, {4}, tigon::dtype::int64, tigon::cuda(0)),
       lv(gl.ptr, {}, tigon::dtype::float32, tigon::cuda(0));
-  EXPECT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr,
+  EXPECT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, nullptr,
                                     tigon_cross_entropy_params{-100, 0.f, 0.f, 0.f, 1}, nullptr, 0, nullptr),
             TIGON_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tigon_last_error()).find("'workspace'"), std::string::npos);

@@ -53,7 +53,8 @@ struct Case {
         gv(grad_output ? const_cast<float*>(grad_output->data()) : nullptr,
            {grad_output ? int64_t(grad_output->size()) : 0}, tigon::dtype::float32);
     return tigon_fused_linear_cross_entropy_fwd(xv, wv, bias ? bv.get() : nullptr, tv, nullptr,
-                                                grad_output ? gv.get() : nullptr, lv, nullptr, nullptr, dxv, dwv,
+                                                grad_output ? gv.get() : nullptr, lv, nullptr, nullptr, nullptr, dxv,
+    dwv,
                                                 bias ? dbv.get() : nullptr, p, nullptr, 0, nullptr);
   }
 };
@@ -189,8 +190,8 @@ TEST(FusedLinearCrossEntropyApi, EveryBadArgumentIsNamed) {
                  const tigon_tensor* cw_ = nullptr, const tigon_tensor* go_ = nullptr,
                  const tigon_tensor* dx_ = nullptr, const tigon_tensor* dw_ = nullptr,
                  const tigon_tensor* db_ = nullptr) {
-    return tigon_fused_linear_cross_entropy_fwd(x_, w_, b_, t_, cw_, go_, l_, nullptr, nullptr, dx_, dw_, db_, p,
-                                                nullptr, 0, nullptr);
+    return tigon_fused_linear_cross_entropy_fwd(x_, w_, b_, t_, cw_, go_, l_, nullptr, nullptr, nullptr, dx_, dw_,
+                                                db_, p, nullptr, 0, nullptr);
   };
   expect_arg_error(fwd(nullptr, wv, tv, loss), "x");
   expect_arg_error(fwd(xiv, wv, tv, loss), "x");
@@ -224,7 +225,8 @@ TEST(FusedLinearCrossEntropyApi, EveryBadArgumentIsNamed) {
   bad.ce.label_smoothing = 2.f;
   expect_arg_error(fwd(xv, wv, tv, loss, bad), "label_smoothing");
   // allowed: a bf16 dW in one chunk, or in several when asked for
-  EXPECT_EQ(fwd(xv, wv, tv, loss, mean, nullptr, nullptr, nullptr, nullptr, dw16v), TIGON_SUCCESS) << tigon_last_error();
+  EXPECT_EQ(fwd(xv, wv, tv, loss, mean, nullptr, nullptr, nullptr, nullptr, dw16v),
+    TIGON_SUCCESS) << tigon_last_error();
   Params lowp = params(TIGON_REDUCTION_MEAN, 1);
   lowp.dw_accumulation = TIGON_DW_ACCUMULATE_DTYPE;
   EXPECT_EQ(fwd(xv, wv, tv, loss, lowp, nullptr, nullptr, nullptr, nullptr, dw16v), TIGON_SUCCESS)

@@ -88,7 +88,8 @@ struct Problem {
     tigon::Buffer ws(bytes, dev);
     ASSERT_EQ(tigon_fused_linear_cross_entropy_fwd(xv, wv, o.bias ? bv.get() : nullptr, tv,
                                                    o.class_weight ? cwv.get() : nullptr,
-                                                   o.per_token_go ? gov.get() : nullptr, lv, nullptr, nullptr, dxv,
+                                                   o.per_token_go ? gov.get() : nullptr, lv, nullptr, nullptr,
+    nullptr, dxv,
                                                    dwv, o.bias ? dbv.get() : nullptr, params(), ws.get(), ws.size(),
                                                    nullptr),
               TIGON_SUCCESS) << tigon_last_error();
@@ -161,7 +162,7 @@ TEST(FusedLinearCrossEntropyCudaApi, WorkspaceIsCheckedAtAnyHiddenSize) {
     tigon::TensorView lv(gl.ptr, {}, tigon::dtype::float32, tigon::cuda(0));
     Params p{};
     p.ce = {-100, 0.f, 0.f, 0.f, kMean};
-    EXPECT_EQ(tigon_fused_linear_cross_entropy_fwd(xv, wv, nullptr, tv, nullptr, nullptr, lv, nullptr, nullptr,
+    EXPECT_EQ(tigon_fused_linear_cross_entropy_fwd(xv, wv, nullptr, tv, nullptr, nullptr, lv, nullptr, nullptr, nullptr,
                                                    nullptr, nullptr, nullptr, p, nullptr, 0, nullptr),
               TIGON_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(tigon_last_error()).find("'workspace'"), std::string::npos) << tigon_last_error();

@@ -16,17 +16,47 @@ from tolerances import assert_close
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
+def token_scales(x, target, ignore_index, use_token_scaling):
+    """Each row's detached probability of its target under x (1 without token scaling, 0 where ignored)."""
+    keep = target.long() != ignore_index
+    if not use_token_scaling:
+        return torch.ones_like(keep, dtype=x.dtype)
+    p = torch.softmax(x.detach(), -1).gather(1, target.long().clamp(min=0)[:, None])[:, 0]
+    return torch.where(keep, p, torch.zeros_like(p))
+
+
+def scaled_ce(x, target, weight, ignore_index, label_smoothing, reduction, s):
+    """F.cross_entropy with each row's term times s (s = 1: F.cross_entropy itself)."""
+    opts = dict(weight=weight, ignore_index=ignore_index, label_smoothing=label_smoothing)
+    if bool((s == 1).all()):
+        return F.cross_entropy(x, target.long(), reduction=reduction, **opts)
+    rows = F.cross_entropy(x, target.long(), reduction="none", **opts) * s
+    keep = target.long() != ignore_index
+    if reduction == "none":
+        return rows
+    if reduction == "sum":
+        return rows.sum()
+    wt = weight[target.long().clamp(min=0)] if weight is not None else torch.ones_like(rows)
+    return rows.sum() / torch.where(keep, wt, torch.zeros_like(wt)).sum()
+
+
+def predicted_reference(logits, target, ignore_index=-100):
+    """The argmax of each row (first of equal maxima), -1 where ignored."""
+    arg = logits.detach().double().argmax(-1)
+    return torch.where(target.long() != ignore_index, arg, torch.full_like(arg, -1))
+
+
 def reference(logits, target, weight=None, ignore_index=-100, label_smoothing=0.0, lse_square_scale=0.0,
-              softcap=None, reduction="mean"):
+              softcap=None, reduction="mean", use_token_scaling=False):
     """(loss, z_loss, accuracy, x64) in float64; x64 is the leaf to take the gradient against."""
     x64 = logits.detach().double().requires_grad_(True)
     x = softcap * torch.tanh(x64 / softcap) if softcap else x64
     w = None if weight is None else weight.double()
-    ce = F.cross_entropy(x, target.long(), weight=w, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                         reduction=reduction)
+    s = token_scales(x, target, ignore_index, use_token_scaling)
+    ce = scaled_ce(x, target, w, ignore_index, label_smoothing, reduction, s)
     keep = target.long() != ignore_index
     lse = torch.logsumexp(x, dim=-1)
-    z_rows = torch.where(keep, lse_square_scale * lse * lse, torch.zeros_like(lse))
+    z_rows = torch.where(keep, s * lse_square_scale * lse * lse, torch.zeros_like(lse))
     correct = ((logits.detach().double().argmax(-1) == target.long()) & keep).double()
     count = keep.sum().double()
     if reduction == "none":
@@ -51,9 +81,11 @@ def check(x, t, in_place=False, **opts):
     """Runs tigon and the reference on x, t; compares every output and the gradient (for a random grad_output)."""
     x_ref = x.detach().clone()  # in_place overwrites x
     x_in = x.detach().clone().requires_grad_(True) if in_place else x
-    loss, z, acc = cross_entropy(x_in, t, in_place=in_place,
-                                 return_z_loss=True, return_token_accuracy=True, **opts)
+    loss, z, acc, pred = cross_entropy(x_in, t, in_place=in_place, return_z_loss=True, return_token_accuracy=True,
+                                       return_predicted_tokens=True, **opts)
     ref, z_ref, acc_ref, x64 = reference(x_ref, t, **opts)
+    assert pred.dtype == torch.int64
+    assert torch.equal(pred, predicted_reference(x_ref, t, opts.get("ignore_index", -100))), "predicted tokens"
     tol = x.dtype  # the logits' precision bounds everything computed from them
     assert loss.dtype == torch.float32 and loss.shape == ref.shape
     if ref.isnan().all():
@@ -86,6 +118,42 @@ def test_matches_float64_reference(device, dtype, reduction, opts, in_place):
     if opts.pop("weight", False):
         opts["weight"] = torch.rand(257, device=device) + 0.5
     check(x, t, in_place=in_place, reduction=reduction, **opts)
+
+
+# use_token_scaling: each token's loss (z-loss included) times its detached target probability; every option, each
+# reduction, in place or not. The predicted tokens and the accuracy are checked by check() on every call.
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("opts", [
+    {}, dict(weight=True, label_smoothing=0.1), dict(lse_square_scale=1e-3, softcap=2.5, ignored=3),
+], ids=lambda o: "-".join(o) or "plain")
+@pytest.mark.parametrize("in_place", [False, True])
+def test_token_scaling_matches_float64_reference(device, dtype, reduction, opts, in_place):
+    opts = dict(opts)
+    x, t = make_inputs(11, 333, dtype, device, ignored=opts.pop("ignored", 0), scale=2.0)
+    x.detach()[:, 5] += 6.0  # some targets likely, so the scales spread over (0, 1)
+    t[::3] = 5
+    if opts.pop("weight", False):
+        opts["weight"] = torch.rand(333, device=device) + 0.5
+    check(x, t, in_place=in_place, reduction=reduction, use_token_scaling=True, **opts)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_extras_come_only_when_asked_in_order(device):
+    x, t = make_inputs(6, 50, torch.float32, device, ignored=2)
+    assert isinstance(cross_entropy(x, t), torch.Tensor)
+    loss, pred = cross_entropy(x, t, return_predicted_tokens=True)
+    assert pred.shape == (6,) and pred.dtype == torch.int64 and (pred == -1).sum() == 2
+    loss2, acc, pred2 = cross_entropy(x, t, reduction="none", return_token_accuracy=True,
+                                      return_predicted_tokens=True)
+    assert acc.shape == (6,) and torch.equal(pred, pred2)
+    assert torch.equal(acc, ((pred2 == t) & (t != -100)).float())
+    module = CrossEntropyLoss(return_z_loss=True, return_token_accuracy=True, return_predicted_tokens=True,
+                              use_token_scaling=True, in_place=False)
+    out = module(x, t)
+    assert len(out) == 4 and torch.equal(out[3], pred)
+    assert_close(out[0], cross_entropy(x, t, use_token_scaling=True).double(), name="module loss")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -329,7 +397,11 @@ def test_c_library_errors_surface_with_the_message():
     x, t, loss = torch.randn(4, 8), torch.zeros(4, dtype=torch.int64), torch.empty(3)  # NONE needs 4 losses
     with pytest.raises(tigon.TigonArgumentError, match="tigon_cross_entropy_fwd: argument 'loss'"):
         _lib.check(mod._fwd(_lib.tensor_arg(x), _lib.tensor_arg(t), None, _lib.tensor_arg(loss), None, None, None,
-                            mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 0), None, 0, None))
+                            None, mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 0), None, 0, None))
+    with pytest.raises(tigon.TigonArgumentError, match="tigon_cross_entropy_fwd: argument 'predicted'"):
+        _lib.check(mod._fwd(_lib.tensor_arg(x), _lib.tensor_arg(t), None, _lib.tensor_arg(torch.empty(())), None,
+                            None, _lib.tensor_arg(torch.empty(4, dtype=torch.int32)), None,
+                            mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 1), None, 0, None))
     with pytest.raises(tigon.TigonArgumentError, match="argument 'grad_output'"):
         _lib.check(mod._bwd(_lib.tensor_arg(x), _lib.tensor_arg(torch.ones(3)), None))
 

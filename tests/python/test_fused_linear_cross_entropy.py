@@ -13,25 +13,27 @@ from conftest import DEVICES, needs_cuda
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.fused_linear_cross_entropy import chunk_plan, fused_linear_cross_entropy
-from tolerances import assert_close
+from tolerances import TOL, assert_close
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def reference(x, w, t, bias=None, ce_weight=None, ignore_index=-100, label_smoothing=0.0, lse_square_scale=0.0,
-              softcap=None, reduction="mean"):
+              softcap=None, reduction="mean", use_token_scaling=False):
     """(loss, z_loss, accuracy, leaves) in float64; leaves = (x, w[, b]) to take the gradients against."""
+    from test_cross_entropy import scaled_ce, token_scales
     leaves = tuple(a.detach().double().requires_grad_(True) for a in (x, w) + ((bias,) if bias is not None else ()))
     logits = leaves[0].reshape(-1, x.shape[-1]) @ leaves[1].T
     if bias is not None:
         logits = logits + leaves[2]
     t = t.reshape(-1).long()
     z = softcap * torch.tanh(logits / softcap) if softcap else logits
-    ce = F.cross_entropy(z, t, weight=None if ce_weight is None else ce_weight.double(), ignore_index=ignore_index,
-                         label_smoothing=label_smoothing, reduction=reduction)
+    s = token_scales(z, t, ignore_index, use_token_scaling)
+    ce = scaled_ce(z, t, None if ce_weight is None else ce_weight.double(), ignore_index, label_smoothing, reduction,
+                   s)
     keep = t != ignore_index
     lse = torch.logsumexp(z, dim=-1)
-    z_rows = torch.where(keep, lse_square_scale * lse * lse, torch.zeros_like(lse))
+    z_rows = torch.where(keep, s * lse_square_scale * lse * lse, torch.zeros_like(lse))
     # tigon's argmax runs on the logits in x's dtype, as the GEMM stored them
     correct = ((logits.detach().to(x.dtype).double().argmax(-1) == t) & keep).double()
     count = keep.sum().double()
@@ -59,10 +61,12 @@ def make_inputs(n, h, v, dtype, device, ignored=0, bias=False, x_pad=0):
 
 def check(x, w, t, b=None, chunk_rows=None, memory_budget=None, dw_accumulation="fp32", **opts):
     """Runs tigon and the reference; compares the loss, z-loss, accuracy and every gradient (random grad_output)."""
-    loss, z, acc = fused_linear_cross_entropy(x, w, t, b, return_z_loss=True, return_token_accuracy=True,
-                                              chunk_rows=chunk_rows, memory_budget=memory_budget,
-                                              dw_accumulation=dw_accumulation, **opts)
+    loss, z, acc, pred = fused_linear_cross_entropy(x, w, t, b, return_z_loss=True, return_token_accuracy=True,
+                                                    return_predicted_tokens=True, chunk_rows=chunk_rows,
+                                                    memory_budget=memory_budget, dw_accumulation=dw_accumulation,
+                                                    **opts)
     ref, z_ref, acc_ref, leaves = reference(x, w, t, b, **opts)
+    check_predicted(pred, x, w, t, b, opts.get("ignore_index", -100))
     assert loss.dtype == torch.float32 and loss.shape == ref.shape
     if ref.isnan().all():
         assert loss.isnan().all()
@@ -78,6 +82,25 @@ def check(x, w, t, b=None, chunk_rows=None, memory_budget=None, dw_accumulation=
         assert g.dtype == leaf.dtype and g.shape == leaf.shape, name
         assert_close(g, r, name=name)
     return loss, grads
+
+
+def check_predicted(pred, x, w, t, b, ignore_index):
+    """pred is -1 exactly where ignored, else the argmax of the logits in x's dtype (on a GPU, the GEMM may round a
+    near-tie the other way: then a column whose exact logit is within the dtype's rounding of the maximum)."""
+    assert pred.dtype == torch.int64 and pred.shape == t.shape
+    logits = x.detach().double().reshape(-1, x.shape[-1]) @ w.detach().double().T
+    if b is not None:
+        logits = logits + b.detach().double()
+    keep = t.reshape(-1) != ignore_index
+    p = pred.reshape(-1)
+    assert torch.equal(p[~keep], torch.full_like(p[~keep], -1)), "predicted tokens of ignored rows"
+    want = logits.to(x.dtype).double().argmax(-1)
+    if x.device.type == "cpu":
+        assert torch.equal(p[keep], want[keep]), "predicted tokens"
+        return
+    top = logits.max(-1).values
+    slack = 2 * TOL[x.dtype]["rtol"] * top.abs().clamp(min=1)
+    assert bool((logits.gather(1, p.clamp(min=0)[:, None])[:, 0] >= top - slack)[keep].all()), "predicted tokens"
 
 
 OPTS = [
@@ -344,8 +367,8 @@ def test_c_library_errors_surface_with_the_message():
 
     def call(dw, chunk_rows=2, narrow=0, loss=loss, db=None):
         p = mod._params(-100, 0.0, 0.0, 0.0, 1, chunk_rows, 0, True, narrow)
-        _lib.check(mod._fwd(arg(x), arg(w), None, arg(t), None, None, arg(loss), None, None, None, arg(dw), arg(db),
-                            p, None, 0, None))
+        _lib.check(mod._fwd(arg(x), arg(w), None, arg(t), None, None, arg(loss), None, None, None, None, arg(dw),
+                            arg(db), p, None, 0, None))
 
     call(torch.empty(5, 8).bfloat16(), chunk_rows=6)  # one chunk: a bf16 dW is one fp32 sum, allowed
     with pytest.raises(tigon.TigonArgumentError, match="tigon_fused_linear_cross_entropy_fwd: argument 'dw'"):
@@ -358,6 +381,39 @@ def test_c_library_errors_surface_with_the_message():
         call(None, db=torch.empty(5))  # no bias
     with pytest.raises(tigon.TigonArgumentError, match="argument 'grad_output'"):
         _lib.check(mod._bwd(arg(x), None, None, arg(torch.ones(3)), None))
+
+
+# use_token_scaling: each token's loss times its detached target probability, every reduction and option, one chunk
+# and many (the predicted tokens and the accuracy are checked by check() on every call).
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("opts", [{}, dict(bias=True, ce_weight=True, label_smoothing=0.1, lse_square_scale=1e-4,
+                                           softcap=5.0, ignored=3)], ids=["plain", "all"])
+@pytest.mark.parametrize("chunk_rows", [None, 6], ids=["one_chunk", "many_chunks"])
+def test_token_scaling_matches_float64_reference(device, dtype, reduction, opts, chunk_rows):
+    n, h, v = (257, 128, 32003) if device == "cuda" else (29, 48, 517)
+    opts = dict(opts)
+    x, w, t, b = make_inputs(n, h, v, dtype, device, ignored=opts.pop("ignored", 0), bias=opts.pop("bias", False))
+    t[::4] = 7  # a class those tokens' x points to (logits ~4): target probabilities near 1 as well as small ones
+    w.detach()[7] = x.detach()[::4].mean(0) * (n / h)
+    if opts.pop("ce_weight", False):
+        opts["ce_weight"] = torch.rand(v, device=device) + 0.5
+    check(x, w, t, b, chunk_rows=chunk_rows, reduction=reduction, use_token_scaling=True, **opts)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_module_takes_the_liger_options(device):
+    x, w, t, _ = make_inputs(3 * 5, 16, 40, torch.float32, device, ignored=2)
+    x3, t3 = x.detach().view(3, 5, 16), t.view(3, 5)
+    loss_fn = FusedLinearCrossEntropyLoss(return_token_accuracy=True, return_predicted_tokens=True,
+                                          use_token_scaling=True)
+    loss, acc, pred = loss_fn(w, x3, t3)
+    assert pred.shape == (3, 5) and pred.dtype == torch.int64
+    assert_close(acc, ((pred == t3) & (t3 != -100)).sum().double() / (t3 != -100).sum(), name="accuracy")
+    ref = reference(x3, w, t3, use_token_scaling=True)[0]
+    assert_close(loss, ref, name="loss")
+    assert isinstance(fused_linear_cross_entropy(x3, w, t3), torch.Tensor)
 
 
 # Hidden sizes that are not a multiple of 8: rows that are not 16-byte multiples (cuBLASLt's unaligned GEMMs on a

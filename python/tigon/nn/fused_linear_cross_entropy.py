@@ -14,13 +14,16 @@ class FusedLinearCrossEntropyLoss(nn.Module):
     The call takes Liger-Kernel's LigerFusedLinearCrossEntropyLoss arguments in the same order, so it drops in where
     that one is used (the weight is the model's lm_head.weight, not owned here). The options are
     tigon.ops.fused_linear_cross_entropy's; ce_weight (class weights) is a buffer, like torch's CrossEntropyLoss
-    weight. With return_z_loss / return_token_accuracy the call returns a tuple (loss, [z_loss], [accuracy]).
+    weight. With return_z_loss / return_token_accuracy / return_predicted_tokens the call returns a tuple
+    (loss, [z_loss], [accuracy], [predicted tokens]); use_token_scaling weighs each token's loss by its detached target
+    probability.
     """
 
     def __init__(self, ce_weight: torch.Tensor | None = None, ignore_index: int = -100, lse_square_scale: float = 0.0,
                  label_smoothing: float = 0.0, reduction: str = "mean", softcap: float | None = None,
                  return_z_loss: bool = False, return_token_accuracy: bool = False, memory_budget: int | None = None,
-                 dw_accumulation: str = "fp32") -> None:
+                 dw_accumulation: str = "fp32", return_predicted_tokens: bool = False,
+                 use_token_scaling: bool = False) -> None:
         super().__init__()
         self.register_buffer("ce_weight", ce_weight)
         self.ignore_index = ignore_index
@@ -32,16 +35,19 @@ class FusedLinearCrossEntropyLoss(nn.Module):
         self.return_token_accuracy = return_token_accuracy
         self.memory_budget = memory_budget
         self.dw_accumulation = dw_accumulation
+        self.return_predicted_tokens = return_predicted_tokens
+        self.use_token_scaling = use_token_scaling
 
     def forward(self, lin_weight: torch.Tensor, _input: torch.Tensor, target: torch.Tensor,
                 bias: torch.Tensor | None = None):
         return fused_linear_cross_entropy(
             _input, lin_weight, target, bias, self.ce_weight, self.ignore_index, self.label_smoothing,
             self.lse_square_scale, self.softcap, self.reduction, self.return_z_loss, self.return_token_accuracy,
-            self.memory_budget, dw_accumulation=self.dw_accumulation)
+            self.memory_budget, dw_accumulation=self.dw_accumulation,
+            return_predicted_tokens=self.return_predicted_tokens, use_token_scaling=self.use_token_scaling)
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, lse_square_scale={self.lse_square_scale}, "
                 f"softcap={self.softcap}, memory_budget={self.memory_budget}, "
-                f"dw_accumulation={self.dw_accumulation!r}")
+                f"dw_accumulation={self.dw_accumulation!r}, use_token_scaling={self.use_token_scaling}")

@@ -23,12 +23,13 @@ REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 class CrossEntropyParams(ctypes.Structure):  # tigon_cross_entropy_params
     _fields_ = [("ignore_index", ctypes.c_int64), ("label_smoothing", ctypes.c_float),
-                ("lse_square_scale", ctypes.c_float), ("softcap", ctypes.c_float), ("reduction", ctypes.c_int32)]
+                ("lse_square_scale", ctypes.c_float), ("softcap", ctypes.c_float), ("reduction", ctypes.c_int32),
+                ("token_scaling", ctypes.c_int32)]
 
 
 _T = _lib.TENSOR_P
 _fwd = _lib.declare("tigon_cross_entropy_fwd",
-                    [_T, _T, _T, _T, _T, _T, _T, CrossEntropyParams, ctypes.c_void_p, ctypes.c_size_t,
+                    [_T, _T, _T, _T, _T, _T, _T, _T, CrossEntropyParams, ctypes.c_void_p, ctypes.c_size_t,
                      ctypes.c_void_p])
 _bwd = _lib.declare("tigon_cross_entropy_bwd", [_T, _T, ctypes.c_void_p])
 
@@ -83,10 +84,12 @@ def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_squar
 
 # ---- launchers: outputs and workspace from torch's allocator, the C API on torch's current stream -----------------
 
-def _outputs(logits, reduction: int):
+def _outputs(logits, reduction: int, want_predicted: bool):
+    """loss, z_loss, accuracy, and the predicted tokens (one int64 per row; empty when not wanted)."""
     shape = logits.shape[:1] if reduction == _NONE else ()
     new = lambda: logits.new_empty(shape, dtype=torch.float32)  # noqa: E731
-    return new(), new(), new()
+    predicted = logits.new_empty(logits.shape[:1] if want_predicted else (0,), dtype=torch.int64)
+    return new(), new(), new(), predicted
 
 
 def _workspace(logits):
@@ -96,27 +99,30 @@ def _workspace(logits):
     return torch.empty(nbytes // 4, dtype=torch.float32, device=logits.device), nbytes
 
 
-def _launch(logits, target, weight, grad, ignore_index, smoothing, z_scale, softcap, reduction):
-    loss, z_loss, acc = _outputs(logits, reduction)
+def _launch(logits, target, weight, grad, ignore_index, smoothing, z_scale, softcap, reduction, token_scaling,
+            want_predicted):
+    loss, z_loss, acc, predicted = _outputs(logits, reduction, want_predicted)
     ws, nbytes = _workspace(logits)
     _lib.check(_fwd(_lib.tensor_arg(logits), _lib.tensor_arg(target), _lib.tensor_arg(weight),
-                    _lib.tensor_arg(loss), _lib.tensor_arg(z_loss), _lib.tensor_arg(acc), _lib.tensor_arg(grad),
-                    CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction),
+                    _lib.tensor_arg(loss), _lib.tensor_arg(z_loss), _lib.tensor_arg(acc),
+                    _lib.tensor_arg(predicted) if want_predicted else None, _lib.tensor_arg(grad),
+                    CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction, int(token_scaling)),
                     None if ws is None else ws.data_ptr(), nbytes, _lib.stream_of(logits)))
-    return loss, z_loss, acc
+    return loss, z_loss, acc, predicted
 
 
 def _fwd_impl(logits, target, weight, ignore_index: int, smoothing: float, z_scale: float, softcap: float,
-              reduction: int, need_grad: bool):
+              reduction: int, token_scaling: bool, want_predicted: bool, need_grad: bool):
     grad = torch.empty(logits.shape if need_grad else (0, logits.shape[1]), dtype=logits.dtype, device=logits.device)
-    loss, z_loss, acc = _launch(logits, target, weight, grad if need_grad else None, ignore_index, smoothing,
-                                z_scale, softcap, reduction)
-    return loss, z_loss, acc, grad
+    outs = _launch(logits, target, weight, grad if need_grad else None, ignore_index, smoothing, z_scale, softcap,
+                   reduction, token_scaling, want_predicted)
+    return (*outs, grad)
 
 
 def _fwd_inplace_impl(logits, target, weight, ignore_index: int, smoothing: float, z_scale: float, softcap: float,
-                      reduction: int):
-    return _launch(logits, target, weight, logits, ignore_index, smoothing, z_scale, softcap, reduction)
+                      reduction: int, token_scaling: bool, want_predicted: bool):
+    return _launch(logits, target, weight, logits, ignore_index, smoothing, z_scale, softcap, reduction,
+                   token_scaling, want_predicted)
 
 
 def _scale_impl(grad, grad_output) -> None:
@@ -126,10 +132,11 @@ def _scale_impl(grad, grad_output) -> None:
 # ---- torch.library registration ----------------------------------------------------------------------------------
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
-_ARGS = "Tensor? weight, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, int reduction"
+_ARGS = ("Tensor? weight, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, "
+         "int reduction, bool token_scaling, bool want_predicted")
 _LIB.define(f"cross_entropy_fwd(Tensor logits, Tensor target, {_ARGS}, bool need_grad) "
-            "-> (Tensor, Tensor, Tensor, Tensor)")
-_LIB.define(f"cross_entropy_fwd_(Tensor(a!) logits, Tensor target, {_ARGS}) -> (Tensor, Tensor, Tensor)")
+            "-> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+_LIB.define(f"cross_entropy_fwd_(Tensor(a!) logits, Tensor target, {_ARGS}) -> (Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("cross_entropy_scale_(Tensor(a!) grad, Tensor grad_output) -> ()")
 for _key in ("CPU", "CUDA"):
     _LIB.impl("cross_entropy_fwd", _fwd_impl, _key)
@@ -138,14 +145,16 @@ for _key in ("CPU", "CUDA"):
 
 
 @torch.library.register_fake("tigon::cross_entropy_fwd")
-def _fwd_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction, need_grad):
+def _fwd_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction,
+              token_scaling, want_predicted, need_grad):
     grad = logits.new_empty(logits.shape if need_grad else (0, logits.shape[1]))
-    return (*_outputs(logits, reduction), grad)
+    return (*_outputs(logits, reduction, want_predicted), grad)
 
 
 @torch.library.register_fake("tigon::cross_entropy_fwd_")
-def _fwd_inplace_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction):
-    return _outputs(logits, reduction)
+def _fwd_inplace_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction,
+                      token_scaling, want_predicted):
+    return _outputs(logits, reduction, want_predicted)
 
 
 @torch.library.register_fake("tigon::cross_entropy_scale_")
@@ -157,43 +166,45 @@ def _scale_fake(grad, grad_output):
 
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, smoothing, z_scale, softcap, reduction, need_grad,
-                in_place):
-        opts = (ignore_index, smoothing, z_scale, softcap, reduction)
+    def forward(ctx, logits, target, weight, ignore_index, smoothing, z_scale, softcap, reduction, token_scaling,
+                want_predicted, need_grad, in_place):
+        opts = (ignore_index, smoothing, z_scale, softcap, reduction, token_scaling, want_predicted)
         if need_grad and in_place:
             if compiling():
-                loss, z_loss, acc = torch.ops.tigon.cross_entropy_fwd_(logits, target, weight, *opts)
+                loss, z_loss, acc, pred = torch.ops.tigon.cross_entropy_fwd_(logits, target, weight, *opts)
             else:
-                loss, z_loss, acc = _fwd_inplace_impl(logits, target, weight, *opts)
+                loss, z_loss, acc, pred = _fwd_inplace_impl(logits, target, weight, *opts)
             grad = logits  # now holds the gradient; the logits' values are gone
         elif compiling():
-            loss, z_loss, acc, grad = torch.ops.tigon.cross_entropy_fwd(logits, target, weight, *opts, need_grad)
+            loss, z_loss, acc, pred, grad = torch.ops.tigon.cross_entropy_fwd(logits, target, weight, *opts,
+                                                                              need_grad)
         else:
-            loss, z_loss, acc, grad = _fwd_impl(logits, target, weight, *opts, need_grad)
+            loss, z_loss, acc, pred, grad = _fwd_impl(logits, target, weight, *opts, need_grad)
         if need_grad:
             ctx.save_for_backward(grad)
-        ctx.mark_non_differentiable(z_loss, acc)
+        ctx.mark_non_differentiable(z_loss, acc, pred)
         # No zero-filled gradients for z_loss and acc (they have none): two kernel launches less per backward.
         ctx.set_materialize_grads(False)
-        return loss, z_loss, acc
+        return loss, z_loss, acc, pred
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_z_loss, grad_acc):
+    def backward(ctx, grad_loss, grad_z_loss, grad_acc, grad_pred):
         if not ctx.saved_tensors or grad_loss is None:  # the logits need no gradient, or the loss was not used
-            return (None,) * 10
+            return (None,) * 12
         (grad,) = ctx.saved_tensors
         # The gradient buffer is ours (or the logits', given up by in_place): scale it where it lies.
         if compiling():
             torch.ops.tigon.cross_entropy_scale_(grad, grad_loss)
         else:
             _scale_impl(grad, grad_loss if grad_loss.dtype == torch.float32 else grad_loss.float())
-        return grad, None, None, None, None, None, None, None, None, None
+        return (grad,) + (None,) * 11
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
                   ignore_index: int = -100, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
                   softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False,
-                  return_token_accuracy: bool = False, in_place: bool = False):
+                  return_token_accuracy: bool = False, in_place: bool = False, return_predicted_tokens: bool = False,
+                  use_token_scaling: bool = False):
     """Cross entropy of [N, V] logits (fp32, fp16 or bf16; any row stride) against int64 or int32 targets.
 
     Matches torch.nn.functional.cross_entropy where the options overlap (class weights, ignore_index, label
@@ -202,6 +213,11 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     (divided by the token count for "mean"), softcap applies softcap * tanh(logits / softcap) first (Gemma 2),
     return_z_loss / return_token_accuracy also return the z-loss and the share of non-ignored tokens whose argmax is
     the target (per token for "none", ignored tokens 0). Those two carry no gradient.
+    return_predicted_tokens also returns each row's argmax over the logits (int64, one per row whatever the
+    reduction; -1 for ignored rows, which are never read). use_token_scaling multiplies each token's loss (its
+    z-loss too, and the reported z-loss) by the model's probability of its target, softmax(softcapped logits)[target],
+    taken as a constant by the gradient. The extras come back in the order loss, z_loss, token accuracy, predicted
+    tokens, each only when asked.
 
     The gradient is computed in the forward when the logits require it. in_place=True writes it over the logits
     (saves an [N, V] buffer; the logits' values are lost, so do not reuse them). A non-ignored target outside
@@ -215,9 +231,16 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     if not target.is_contiguous():
         target = target.contiguous()
     need_grad = logits.requires_grad and torch.is_grad_enabled()
-    loss, z_loss, acc = _CrossEntropy.apply(logits, target, weight, int(ignore_index), float(label_smoothing),
-                                            float(lse_square_scale), float(softcap or 0.0), REDUCTIONS[reduction],
-                                            need_grad, bool(in_place))
-    if not (return_z_loss or return_token_accuracy):
+    loss, z_loss, acc, pred = _CrossEntropy.apply(logits, target, weight, int(ignore_index), float(label_smoothing),
+                                                  float(lse_square_scale), float(softcap or 0.0),
+                                                  REDUCTIONS[reduction], bool(use_token_scaling),
+                                                  bool(return_predicted_tokens), need_grad, bool(in_place))
+    return with_extras(loss, z_loss, acc, pred, return_z_loss, return_token_accuracy, return_predicted_tokens)
+
+
+def with_extras(loss, z_loss, acc, pred, return_z_loss, return_token_accuracy, return_predicted_tokens):
+    """The loss alone, or a tuple of it and the extras asked for, in their fixed order."""
+    if not (return_z_loss or return_token_accuracy or return_predicted_tokens):
         return loss
-    return (loss,) + ((z_loss,) if return_z_loss else ()) + ((acc,) if return_token_accuracy else ())
+    return ((loss,) + ((z_loss,) if return_z_loss else ()) + ((acc,) if return_token_accuracy else ())
+            + ((pred,) if return_predicted_tokens else ()))

@@ -20,7 +20,7 @@ import torch
 
 from tigon import _lib
 from tigon.ops._common import FLOAT_DTYPES, compiling, rows_ok
-from tigon.ops.cross_entropy import REDUCTIONS, CrossEntropyParams, check_options
+from tigon.ops.cross_entropy import REDUCTIONS, CrossEntropyParams, check_options, with_extras
 
 __all__ = ["fused_linear_cross_entropy", "chunk_plan", "DEFAULT_MEMORY_BUDGET"]
 
@@ -38,7 +38,7 @@ _P = FusedLinearCrossEntropyParams
 _ws_size = _lib.declare("tigon_fused_linear_cross_entropy_workspace_size",
                         [_T, _T, _P, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int64)])
 _fwd = _lib.declare("tigon_fused_linear_cross_entropy_fwd",
-                    [_T] * 12 + [_P, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+                    [_T] * 13 + [_P, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
 _bwd = _lib.declare("tigon_fused_linear_cross_entropy_bwd", [_T] * 4 + [ctypes.c_void_p])
 
 _NONE = REDUCTIONS["none"]
@@ -91,8 +91,9 @@ def _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothin
 
 # ---- launchers: outputs and workspace from torch's allocator, the C API on torch's current stream -----------------
 
-def _params(ignore_index, smoothing, z_scale, softcap, reduction, chunk_rows, memory_budget, dw_fp32, narrow=False):
-    ce = CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction)
+def _params(ignore_index, smoothing, z_scale, softcap, reduction, chunk_rows, memory_budget, dw_fp32, narrow=False,
+            token_scaling=False):
+    ce = CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction, int(token_scaling))
     return FusedLinearCrossEntropyParams(ce, chunk_rows, memory_budget, 0 if dw_fp32 else 1, int(narrow))
 
 
@@ -104,24 +105,27 @@ def chunk_plan(x: torch.Tensor, weight: torch.Tensor, chunk_rows: int = 0, memor
     return nbytes.value, rows.value
 
 
-def _outputs(x, weight, bias, reduction: int, need_dx: bool, need_dw: bool, need_db: bool):
-    """(loss, z_loss, accuracy, dx, dw, db) as the op returns them; gradients not wanted are empty."""
+def _outputs(x, weight, bias, reduction: int, want_predicted: bool, need_dx: bool, need_dw: bool, need_db: bool):
+    """(loss, z_loss, accuracy, predicted, dx, dw, db) as the op returns them; those not wanted are empty."""
     n, h, v = x.shape[0], x.shape[1], weight.shape[0]
     stat = lambda: x.new_empty(x.shape[:1] if reduction == _NONE else (), dtype=torch.float32)  # noqa: E731
+    predicted = x.new_empty((n,) if want_predicted else (0,), dtype=torch.int64)
     dx = x.new_empty((n, h) if need_dx else (0, h))
     dw = weight.new_empty((v, h) if need_dw else (0, h))
     db = bias.new_empty((v,)) if need_db else weight.new_empty((0,))
-    return stat(), stat(), stat(), dx, dw, db
+    return stat(), stat(), stat(), predicted, dx, dw, db
 
 
 def _fwd_impl(x, weight, bias, target, ce_weight, grad_output, ignore_index: int, smoothing: float, z_scale: float,
-              softcap: float, reduction: int, chunk_rows: int, memory_budget: int, dw_fp32: bool, need_dx: bool,
-              need_dw: bool, need_db: bool):
-    params = _params(ignore_index, smoothing, z_scale, softcap, reduction, chunk_rows, memory_budget, dw_fp32)
+              softcap: float, reduction: int, token_scaling: bool, chunk_rows: int, memory_budget: int,
+              dw_fp32: bool, want_predicted: bool, need_dx: bool, need_dw: bool, need_db: bool):
+    params = _params(ignore_index, smoothing, z_scale, softcap, reduction, chunk_rows, memory_budget, dw_fp32,
+                     token_scaling=token_scaling)
     nbytes, rows = ctypes.c_size_t(), ctypes.c_int64()
     _lib.check(_ws_size(_lib.tensor_arg(x), _lib.tensor_arg(weight), params, ctypes.byref(nbytes),
                         ctypes.byref(rows)))
-    loss, z_loss, acc, dx, dw, db = _outputs(x, weight, bias, reduction, need_dx, False, need_db)
+    loss, z_loss, acc, pred, dx, dw, db = _outputs(x, weight, bias, reduction, want_predicted, need_dx, False,
+                                                   need_db)
     dw_arg = None
     if need_dw:
         v, h = weight.shape
@@ -136,9 +140,10 @@ def _fwd_impl(x, weight, bias, target, ce_weight, grad_output, ignore_index: int
     ws = torch.empty(nbytes.value, dtype=torch.uint8, device=x.device) if nbytes.value else None
     arg = _lib.tensor_arg
     _lib.check(_fwd(arg(x), arg(weight), arg(bias), arg(target), arg(ce_weight), arg(grad_output), arg(loss),
-                    arg(z_loss), arg(acc), arg(dx) if need_dx else None, arg(dw_arg), arg(db) if need_db else None,
-                    params, None if ws is None else ws.data_ptr(), nbytes.value, _lib.stream_of(x)))
-    return loss, z_loss, acc, dx, dw, db
+                    arg(z_loss), arg(acc), arg(pred) if want_predicted else None, arg(dx) if need_dx else None,
+                    arg(dw_arg), arg(db) if need_db else None, params, None if ws is None else ws.data_ptr(),
+                    nbytes.value, _lib.stream_of(x)))
+    return loss, z_loss, acc, pred, dx, dw, db
 
 
 def _scale_impl(dx, dw, db, grad_output) -> None:
@@ -151,8 +156,9 @@ def _scale_impl(dx, dw, db, grad_output) -> None:
 _LIB = torch.library.Library("tigon", "FRAGMENT")
 _LIB.define("fused_linear_cross_entropy_fwd(Tensor x, Tensor weight, Tensor? bias, Tensor target, Tensor? ce_weight, "
             "Tensor? grad_output, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, "
-            "int reduction, int chunk_rows, int memory_budget, bool dw_fp32, bool need_dx, bool need_dw, "
-            "bool need_db) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+            "int reduction, bool token_scaling, int chunk_rows, int memory_budget, bool dw_fp32, "
+            "bool want_predicted, bool need_dx, bool need_dw, bool need_db) "
+            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("fused_linear_cross_entropy_scale_(Tensor(a!) dx, Tensor(b!) dw, Tensor(c!) db, Tensor grad_output) -> ()")
 for _key in ("CPU", "CUDA"):
     _LIB.impl("fused_linear_cross_entropy_fwd", _fwd_impl, _key)
@@ -161,8 +167,9 @@ for _key in ("CPU", "CUDA"):
 
 @torch.library.register_fake("tigon::fused_linear_cross_entropy_fwd")
 def _fwd_fake(x, weight, bias, target, ce_weight, grad_output, ignore_index, label_smoothing, lse_square_scale,
-              softcap, reduction, chunk_rows, memory_budget, dw_fp32, need_dx, need_dw, need_db):
-    return _outputs(x, weight, bias, reduction, need_dx, need_dw, need_db)
+              softcap, reduction, token_scaling, chunk_rows, memory_budget, dw_fp32, want_predicted, need_dx, need_dw,
+              need_db):
+    return _outputs(x, weight, bias, reduction, want_predicted, need_dx, need_dw, need_db)
 
 
 @torch.library.register_fake("tigon::fused_linear_cross_entropy_scale_")
@@ -181,30 +188,32 @@ def _run(*args):
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, target, ce_weight, ignore_index, smoothing, z_scale, softcap, reduction,
-                chunk_rows, memory_budget, dw_fp32, need_dx, need_dw, need_db):
-        opts = (ignore_index, smoothing, z_scale, softcap, reduction, chunk_rows, memory_budget, dw_fp32)
+                token_scaling, chunk_rows, memory_budget, dw_fp32, want_predicted, need_dx, need_dw, need_db):
+        opts = (ignore_index, smoothing, z_scale, softcap, reduction, token_scaling, chunk_rows, memory_budget,
+                dw_fp32)
         need = (need_dx, need_dw, need_db)
         ctx.need = need
         ctx.recompute = any(need) and reduction == _NONE  # per-token upstream gradients: gradients in the backward
         now = need if not ctx.recompute else (False, False, False)
-        loss, z_loss, acc, dx, dw, db = _run(x, weight, bias, target, ce_weight, None, *opts, *now)
+        loss, z_loss, acc, pred, dx, dw, db = _run(x, weight, bias, target, ce_weight, None, *opts, want_predicted,
+                                                   *now)
         if ctx.recompute:
             ctx.opts = opts
             ctx.save_for_backward(x, weight, bias, target, ce_weight)
         elif any(need):
             ctx.save_for_backward(dx, dw, db)
-        ctx.mark_non_differentiable(z_loss, acc)
+        ctx.mark_non_differentiable(z_loss, acc, pred)
         ctx.set_materialize_grads(False)  # no zero-filled gradients for z_loss and acc (they have none)
-        return loss, z_loss, acc
+        return loss, z_loss, acc, pred
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_z_loss, grad_acc):
+    def backward(ctx, grad_loss, grad_z_loss, grad_acc, grad_pred):
         if not any(ctx.need) or grad_loss is None:  # nothing needs a gradient, or the loss was not used
-            return (None,) * 16
+            return (None,) * 18
         grad_loss = grad_loss if grad_loss.dtype == torch.float32 else grad_loss.float()
         if ctx.recompute:
             x, weight, bias, target, ce_weight = ctx.saved_tensors
-            _, _, _, dx, dw, db = _run(x, weight, bias, target, ce_weight, grad_loss, *ctx.opts, *ctx.need)
+            dx, dw, db = _run(x, weight, bias, target, ce_weight, grad_loss, *ctx.opts, False, *ctx.need)[4:]
         else:
             dx, dw, db = ctx.saved_tensors  # ours: scaled where they lie (nothing to do for a grad_output of 1)
             if compiling():
@@ -212,7 +221,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             else:
                 _scale_impl(dx, dw, db, grad_loss)
         need_dx, need_dw, need_db = ctx.need
-        return ((dx if need_dx else None), (dw if need_dw else None), (db if need_db else None)) + (None,) * 13
+        return ((dx if need_dx else None), (dw if need_dw else None), (db if need_db else None)) + (None,) * 15
 
 
 def _autocast(x, weight, bias):
@@ -231,14 +240,17 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
                                ignore_index: int = -100, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
                                softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False,
                                return_token_accuracy: bool = False, memory_budget: int | None = None,
-                               chunk_rows: int | None = None, dw_accumulation: str = "fp32"):
+                               chunk_rows: int | None = None, dw_accumulation: str = "fp32",
+                               return_predicted_tokens: bool = False, use_token_scaling: bool = False):
     """Cross entropy of the logits x @ weight.T + bias against target, without materialising the logits.
 
     x [..., H] (fp32, fp16 or bf16; any H), weight [V, H] and bias [V] in x's dtype, target
     x.shape[:-1] of int64 or int32. The cross-entropy options are tigon.ops.cross_entropy's (ce_weight is its class
     weight); the logits are computed in x's dtype, as x @ weight.T would give them. Under torch.autocast, x, weight
     and bias are first cast to the autocast dtype, as F.linear casts them (an fp32 weight keeps an fp32 gradient). Returns the loss ([...] for
-    "none", else a scalar), plus the z-loss and the token accuracy when asked (neither carries a gradient).
+    "none", else a scalar), plus the z-loss, the token accuracy and the predicted tokens (argmax, int64, shaped
+    like target, -1 where ignored) when asked, in that order (none carries a gradient). use_token_scaling multiplies
+    each token's loss by the model's probability of its target, detached, as tigon.ops.cross_entropy does.
 
     Tokens go through in chunks: as many per chunk as have logits within memory_budget bytes (default 1.5 GiB), or
     exactly chunk_rows. Gradients are summed in fp32; with dw_accumulation="weight" a 16-bit weight's gradient is
@@ -262,12 +274,12 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
     grad_on = torch.is_grad_enabled()
     need = (grad_on and x.requires_grad, grad_on and weight.requires_grad,
             grad_on and bias is not None and bias.requires_grad)
-    loss, z_loss, acc = _FusedLinearCrossEntropy.apply(
+    loss, z_loss, acc, pred = _FusedLinearCrossEntropy.apply(
         x2, weight, bias, target2, ce_weight, int(ignore_index), float(label_smoothing), float(lse_square_scale),
-        float(softcap or 0.0), REDUCTIONS[reduction], int(chunk_rows or 0), int(memory_budget or 0),
-        dw_accumulation == "fp32", *need)
+        float(softcap or 0.0), REDUCTIONS[reduction], bool(use_token_scaling), int(chunk_rows or 0),
+        int(memory_budget or 0), dw_accumulation == "fp32", bool(return_predicted_tokens), *need)
     if reduction == "none":
         loss, z_loss, acc = (t.view(target.shape) for t in (loss, z_loss, acc))
-    if not (return_z_loss or return_token_accuracy):
-        return loss
-    return (loss,) + ((z_loss,) if return_z_loss else ()) + ((acc,) if return_token_accuracy else ())
+    if return_predicted_tokens:
+        pred = pred.view(target.shape)
+    return with_extras(loss, z_loss, acc, pred, return_z_loss, return_token_accuracy, return_predicted_tokens)
