@@ -55,8 +55,9 @@ std::string expected_kernel(const std::string& variant, DType dt, int64_t N, int
 
 // Runs one case with the given variant against the CPU reference, logits ~ mean + 3 N(0, 1). Rows r % 5 == 2 are
 // ignored; rows r % 5 == 3 and r % 5 == 4 get their maximum twice (so the accuracy checks the first index wins,
-// across blocks of a cluster too) and target the first or the second copy.
-void run_case(const Case& c, const char* variant, double mean = 0.0) {
+// across blocks of a cluster too) and target the first or the second copy. The predicted tokens are checked on every
+// case; scaling turns token scaling on.
+void run_case(const Case& c, const char* variant, double mean = 0.0, bool scaling = false) {
   const auto [dt, N, V, pad, reduction, eps, zs, cap, weighted, in_place] = c;
   KernelScope scope(variant);
   std::mt19937 rng(17 + N + V);
@@ -79,22 +80,24 @@ void run_case(const Case& c, const char* variant, double mean = 0.0) {
   for (auto& v : w) v = 0.25f + float(rng() % 100) / 50.f;
   const int64_t n_out = reduction == TIGON_REDUCTION_NONE ? N : 1;
   std::vector<float> loss(n_out, NAN), z(n_out, NAN), acc(n_out, NAN);
-  const tigon_cross_entropy_params p{-100, eps, zs, cap, reduction};
+  std::vector<int64_t> pred(N, -7);
+  const tigon_cross_entropy_params p{-100, eps, zs, cap, reduction, scaling ? 1 : 0};
 
   // reference on the host
   HostMat rgrad = grad;
   std::vector<float> rloss = loss, rz = z, racc = acc;
+  std::vector<int64_t> rpred = pred;
   {
     auto xv = x.view(), gv = rgrad.view();
     tigon::TensorView tv(t.data(), {N}, tigon::dtype::int64), wv(w.data(), {V}, tigon::dtype::float32),
         lv(rloss.data(), {n_out}, tigon::dtype::float32), zv(rz.data(), {n_out}, tigon::dtype::float32),
-        av(racc.data(), {n_out}, tigon::dtype::float32);
-    ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, nullptr, gv, p, nullptr, 0,
+        av(racc.data(), {n_out}, tigon::dtype::float32), pv(rpred.data(), {N}, tigon::dtype::int64);
+    ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, pv, gv, p, nullptr, 0,
               nullptr), TIGON_SUCCESS) << tigon_last_error();
   }
   // the same on the GPU; in place the gradient lands in the logits' buffer
   Dev gx(x.data(), x.span_bytes()), gg(grad.data(), grad.span_bytes()), gt(t.data(), N * 8), gw(w.data(), V * 4),
-      gl(loss.data(), n_out * 4), gz(z.data(), n_out * 4), ga(acc.data(), n_out * 4);
+      gl(loss.data(), n_out * 4), gz(z.data(), n_out * 4), ga(acc.data(), n_out * 4), gp(pred.data(), N * 8);
   size_t ws_bytes = 0;
   auto xv = x.view(tigon::cuda(0), gx.ptr);
   auto gv = in_place ? xv : grad.view(tigon::cuda(0), gg.ptr);
@@ -104,8 +107,8 @@ void run_case(const Case& c, const char* variant, double mean = 0.0) {
       wv(gw.ptr, {V}, tigon::dtype::float32, tigon::cuda(0)),
       lv(gl.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)),
       zv(gz.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)),
-      av(ga.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0));
-  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, nullptr, gv, p, ws.get(),
+      av(ga.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)), pv(gp.ptr, {N}, tigon::dtype::int64, tigon::cuda(0));
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, pv, gv, p, ws.get(),
                                     ws.size(), nullptr), TIGON_SUCCESS) << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   if (variant) {
@@ -116,6 +119,8 @@ void run_case(const Case& c, const char* variant, double mean = 0.0) {
   gl.fetch(loss.data());
   gz.fetch(z.data());
   ga.fetch(acc.data());
+  gp.fetch(pred.data());
+  EXPECT_EQ(pred, rpred) << "predicted tokens";
 
   const double tol = rtol_of(dt) < 1e-4 ? 1e-4 : 1e-3;  // fp32 sums over a row in another order, ex2.approx
   for (int64_t i = 0; i < n_out; ++i) {
@@ -221,6 +226,20 @@ TEST_P(CrossEntropyCudaNegativeScale, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaNegativeScale,
                          ::testing::Values("cluster", "cluster8", "classic"));
+
+// Token scaling: every thread of every block needs the target's logit (the cluster kernel's other blocks included).
+class CrossEntropyCudaTokenScaling : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CrossEntropyCudaTokenScaling, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const char* v = GetParam().c_str();
+  run_case(Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true}, v, 0.0, true);
+  run_case(Case{DType::kFloat16, 33, 32001, 7, kNone, 0.1f, 1e-4f, 30.f, true, false}, v, 0.0, true);
+  run_case(Case{DType::kFloat32, 9, 1001, 0, kSum, 0.f, 1e-3f, 0.f, true, true}, v, 0.0, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaTokenScaling,
+                         ::testing::Values("cluster", "cluster1", "cluster4", "cluster8", "classic"));
 
 // A target outside [0, V) that is not ignore_index: that row's loss and gradient are NaN, the others unharmed.
 class CrossEntropyCudaBadTarget : public ::testing::TestWithParam<std::string> {};

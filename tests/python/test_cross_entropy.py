@@ -282,19 +282,20 @@ def test_deterministic(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("in_place", [False, True])
-def test_torch_compile_fullgraph_equals_eager(device, in_place):
+@pytest.mark.parametrize("extras", [False, True], ids=["plain", "predicted_scaled"])
+def test_torch_compile_fullgraph_equals_eager(device, in_place, extras):
     def f(h, t):
         logits = h * 1.5
-        loss, z = cross_entropy(logits, t, label_smoothing=0.1, lse_square_scale=1e-4, in_place=in_place,
-                                return_z_loss=True)
-        return loss * 2.0, z
+        loss, z, *pred = cross_entropy(logits, t, label_smoothing=0.1, lse_square_scale=1e-4, in_place=in_place,
+                                       return_z_loss=True, return_predicted_tokens=extras, use_token_scaling=extras)
+        return loss * 2.0, z, *pred
 
     x, t = make_inputs(32, 300, torch.bfloat16, device, ignored=3)
     eager = f(x, t)
     (dx_eager,) = torch.autograd.grad(eager[0], x)
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")(x, t)
     (dx_compiled,) = torch.autograd.grad(compiled[0], x)
-    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    assert all(torch.equal(e, c) for e, c in zip(eager, compiled)) and len(eager) == len(compiled) == 2 + extras
     assert torch.equal(dx_eager, dx_compiled)
 
 

@@ -273,11 +273,13 @@ def test_deterministic(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_torch_compile_fullgraph_equals_eager(device, reduction):
+@pytest.mark.parametrize("extras", [False, True], ids=["plain", "predicted_scaled"])
+def test_torch_compile_fullgraph_equals_eager(device, reduction, extras):
     def f(h, w, t):
-        loss, z = fused_linear_cross_entropy(h * 1.5, w, t, label_smoothing=0.1, lse_square_scale=1e-4,
-                                             reduction=reduction, chunk_rows=16, return_z_loss=True)
-        return loss.sum() * 2.0, z
+        loss, z, *pred = fused_linear_cross_entropy(h * 1.5, w, t, label_smoothing=0.1, lse_square_scale=1e-4,
+                                                    reduction=reduction, chunk_rows=16, return_z_loss=True,
+                                                    return_predicted_tokens=extras, use_token_scaling=extras)
+        return loss.sum() * 2.0, z, *pred
 
     x, w, t, _ = make_inputs(40, 64, 300, torch.bfloat16, device, ignored=3)
     eager = f(x, w, t)
@@ -289,6 +291,7 @@ def test_torch_compile_fullgraph_equals_eager(device, reduction):
         assert torch.equal(eager[1], compiled[1])
     else:
         assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    assert len(eager) == len(compiled) == 2 + extras and (not extras or torch.equal(eager[2], compiled[2]))
     for a, c in zip(g_eager, g_compiled):
         assert torch.equal(a, c)
 
