@@ -24,8 +24,8 @@
  * dimensions flatten to rows); target N int32 or int64 values, contiguous; weight NULL or V fp32 values, contiguous.
  * loss, z_loss, accuracy: fp32, contiguous, N elements for NONE and 1 element otherwise; z_loss and accuracy may be
  * NULL. predicted: NULL or N contiguous int64 values whatever the reduction: argmax_c x_c per row, -1 for ignored rows
- * (which are never read). grad: NULL (no gradient) or [N, V] in logits' dtype, any row stride; it may be logits itself (same data and
- * strides: the gradient written over the logits). Every math step is fp32.
+ * (which are never read). grad: NULL (no gradient) or [N, V] in logits' dtype, any row stride; it may be logits itself
+ * (same data and strides: the gradient written over the logits). Every math step is fp32.
  *
  * The gradient is d(loss)/d(logits) for a grad_output of 1 (MEAN's 1/W and 1/C included); tigon_cross_entropy_bwd
  * then multiplies it by grad_output in place. No synchronisation, no allocation: capturable in a CUDA graph.
@@ -61,8 +61,9 @@ TIGON_API tigon_status_t tigon_cross_entropy_fwd_workspace_size(const tigon_tens
 TIGON_API tigon_status_t tigon_cross_entropy_fwd(const tigon_tensor* logits, const tigon_tensor* target,
                                                  const tigon_tensor* weight, const tigon_tensor* loss,
                                                  const tigon_tensor* z_loss, const tigon_tensor* accuracy,
-                                                 const tigon_tensor* predicted, const tigon_tensor* grad, tigon_cross_entropy_params params,
-                                                 void* workspace, size_t workspace_bytes, void* stream);
+                                                 const tigon_tensor* predicted, const tigon_tensor* grad,
+                                                 tigon_cross_entropy_params params, void* workspace,
+                                                 size_t workspace_bytes, void* stream);
 
 /* grad *= grad_output, in place. grad_output is fp32: one element (0-d or [1]) scales everything (MEAN, SUM); N
  * elements with any stride (0 included) scale row by row (NONE). A scalar 1.0 touches no memory. */

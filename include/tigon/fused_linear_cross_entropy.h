@@ -75,9 +75,9 @@ TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_workspace_size(
 TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_fwd(
     const tigon_tensor* x, const tigon_tensor* weight, const tigon_tensor* bias, const tigon_tensor* target,
     const tigon_tensor* class_weight, const tigon_tensor* grad_output, const tigon_tensor* loss,
-    const tigon_tensor* z_loss, const tigon_tensor* accuracy, const tigon_tensor* predicted, const tigon_tensor* dx, const tigon_tensor* dw,
-    const tigon_tensor* db, tigon_fused_linear_cross_entropy_params params, void* workspace, size_t workspace_bytes,
-    void* stream);
+    const tigon_tensor* z_loss, const tigon_tensor* accuracy, const tigon_tensor* predicted, const tigon_tensor* dx,
+    const tigon_tensor* dw, const tigon_tensor* db, tigon_fused_linear_cross_entropy_params params, void* workspace,
+    size_t workspace_bytes, void* stream);
 
 /* The backward of MEAN and SUM: dx, dw, db (each may be NULL) *= grad_output, one fp32 value on the device, in place;
  * a value of exactly 1 touches no memory. (NONE with per-token values: call the forward with grad_output instead.) */

@@ -242,14 +242,13 @@ inline void fused_linear_cross_entropy_fwd(const TensorView& x, const TensorView
                                            const TensorView* grad_output, const TensorView& loss,
                                            const TensorView* z_loss, const TensorView* accuracy,
                                            const TensorView* predicted, const TensorView* dx, const TensorView* dw,
-                                           const TensorView* db,
-                                           tigon_fused_linear_cross_entropy_params params, void* workspace,
-                                           size_t workspace_bytes, void* stream = nullptr) {
+                                           const TensorView* db, tigon_fused_linear_cross_entropy_params params,
+                                           void* workspace, size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_fused_linear_cross_entropy_fwd(x, weight, detail::opt(bias), target, detail::opt(class_weight),
                                              detail::opt(grad_output), loss, detail::opt(z_loss),
                                              detail::opt(accuracy), detail::opt(predicted), detail::opt(dx),
-                                             detail::opt(dw),
-                                             detail::opt(db), params, workspace, workspace_bytes, stream));
+                                             detail::opt(dw), detail::opt(db), params, workspace, workspace_bytes,
+                                             stream));
 }
 
 inline void fused_linear_cross_entropy_bwd(const TensorView* dx, const TensorView* dw, const TensorView* db,

@@ -244,10 +244,10 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
                                return_predicted_tokens: bool = False, use_token_scaling: bool = False):
     """Cross entropy of the logits x @ weight.T + bias against target, without materialising the logits.
 
-    x [..., H] (fp32, fp16 or bf16; any H), weight [V, H] and bias [V] in x's dtype, target
-    x.shape[:-1] of int64 or int32. The cross-entropy options are tigon.ops.cross_entropy's (ce_weight is its class
-    weight); the logits are computed in x's dtype, as x @ weight.T would give them. Under torch.autocast, x, weight
-    and bias are first cast to the autocast dtype, as F.linear casts them (an fp32 weight keeps an fp32 gradient). Returns the loss ([...] for
+    x [..., H] (fp32, fp16 or bf16; any H), weight [V, H] and bias [V] in x's dtype, target x.shape[:-1] of int64 or
+    int32. The cross-entropy options are tigon.ops.cross_entropy's (ce_weight is its class weight); the logits are
+    computed in x's dtype, as x @ weight.T would give them. Under torch.autocast, x, weight and bias are first cast
+    to the autocast dtype, as F.linear casts them (an fp32 weight keeps an fp32 gradient). Returns the loss ([...] for
     "none", else a scalar), plus the z-loss, the token accuracy and the predicted tokens (argmax, int64, shaped
     like target, -1 where ignored) when asked, in that order (none carries a gradient). use_token_scaling multiplies
     each token's loss by the model's probability of its target, detached, as tigon.ops.cross_entropy does.
