@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Falcon-H1's multipliers, every dtype and activation, vector (4096) and scalar (1001) rows.
-TEST(SwigluCuda, MultipliersMatchReference) {
+TEST(SwigluCudaMultipliers, MatchReference) {
   SKIP_WITHOUT_GPU();
   for (const DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
     for (int act = 0; act < 3; ++act)
