@@ -53,6 +53,9 @@ __device__ __forceinline__ RowStats exchange_stats(const RowStats& st, StatSlot 
                                                    bool want_arg, bool smooth) {
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank()), tid = int(threadIdx.x);
+  // A one-block cluster has no distributed shared memory (st.async into it is outside what the hardware defines:
+  // compute-sanitizer flags it), and the block's own statistics are already the row's.
+  if (csize == 1) return st;
   __cluster_barrier_wait();  // every block running, its bar initialised, before anyone writes into it
   if (tid < csize) {
     const uint32_t dst = cuda::cluster_addr(&slots[rank], uint32_t(tid));
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
     for (int p = 0; p < pieces; ++p) cuda::mbar_init(&bars[p], 1);
     cuda::mbar_init(&stat_bar, 1);
     cuda::mbar_init_fence();
-    cuda::mbar_arrive_expect_tx(&stat_bar, kStatBytes * uint32_t(csize));
+    if (csize > 1) cuda::mbar_arrive_expect_tx(&stat_bar, kStatBytes * uint32_t(csize));
     for (int p = 0; p < pieces; ++p) {
       const int64_t first = p * sh.piece_vecs;
       const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
@@ -172,8 +175,8 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
     }
   }
   // Every block of the cluster must be running before another writes into its shared memory: arrive now, wait
-  // before the exchange, by when the wait costs nothing.
-  __cluster_barrier_arrive_relaxed();
+  // before the exchange, by when the wait costs nothing. A one-block cluster exchanges nothing (exchange_stats).
+  if (csize > 1) __cluster_barrier_arrive_relaxed();
   __syncthreads();  // the barriers are initialised before anyone waits on them
 
   // The target logit, read before the exchange, after which some block may write a gradient over it.

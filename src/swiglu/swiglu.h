@@ -6,17 +6,20 @@
 
 namespace tigon::swiglu {
 
+// gate and down: the multipliers, 1 when the params said 0.
 struct FwdProblem {
   RowMatrix a, b, c;
   int activation = TIGON_GLU_SILU;
+  float gate = 1.f, down = 1.f;
 };
 
 struct BwdProblem {
   RowMatrix dc, a, b, da, db;
   int activation = TIGON_GLU_SILU;
+  float gate = 1.f, down = 1.f;
 };
 
-// CPU reference: fp64 math, one rounding per output (swiglu_ref.cpp).
+// CPU reference: fp64 math, rounded to the dtype where Hugging Face's module rounds (swiglu_ref.cpp).
 void fwd_cpu(const FwdProblem& p);
 void bwd_cpu(const BwdProblem& p);
 

@@ -1,4 +1,5 @@
 // SwiGLU / GeGLU C API: argument validation, then the CPU reference or the CUDA path by the tensors' device.
+#include <cmath>
 #include <utility>
 
 #include "common/device.h"
@@ -13,6 +14,18 @@ namespace {
 void check_params(const tigon_swiglu_params& params) {
   if (params.activation < TIGON_GLU_SILU || params.activation > TIGON_GLU_GELU_ERF)
     fail_arg("activation", "must be 0 (silu), 1 (gelu_tanh) or 2 (gelu_erf), got ", params.activation);
+  if (!std::isfinite(params.gate_multiplier))
+    fail_arg("gate_multiplier", "must be finite, got ", params.gate_multiplier);
+  if (!std::isfinite(params.down_multiplier))
+    fail_arg("down_multiplier", "must be finite, got ", params.down_multiplier);
+}
+
+// A multiplier the params leave at 0 is 1 (see tigon/swiglu.h).
+template <class P>
+void set_options(P& p, const tigon_swiglu_params& params) {
+  p.activation = params.activation;
+  p.gate = params.gate_multiplier == 0.f ? 1.f : params.gate_multiplier;
+  p.down = params.down_multiplier == 0.f ? 1.f : params.down_multiplier;
 }
 
 // The first operand: any float dtype, any row layout. Every other tensor is checked against it.
@@ -65,7 +78,7 @@ tigon_status_t tigon_swiglu_fwd(const tigon_tensor* a, const tigon_tensor* b, co
     p.c = like(c, "c", *a, "a", p.a);
     check_alias(p.c, "c", p.a, "a");
     check_alias(p.c, "c", p.b, "b");
-    p.activation = params.activation;
+    set_options(p, params);
     if (empty(p.a)) return;
     if (is_cuda(*a)) {
       TIGON_ON_CUDA(*a, fwd_cuda(p, stream));
@@ -92,7 +105,7 @@ tigon_status_t tigon_swiglu_bwd(const tigon_tensor* dc, const tigon_tensor* a, c
       check_alias(*out, out_arg, p.b, "b");
       check_alias(*out, out_arg, p.dc, "dc");
     }
-    p.activation = params.activation;
+    set_options(p, params);
     if (empty(p.a)) return;
     if (is_cuda(*a)) {
       TIGON_ON_CUDA(*a, bwd_cuda(p, stream));

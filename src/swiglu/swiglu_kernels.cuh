@@ -17,6 +17,7 @@ struct FwdArgs {
   const void* b;
   void* c;
   int64_t rows, cols, a_stride, b_stride, c_stride;
+  float gate, down;  // the multipliers (tigon/swiglu.h)
 };
 
 struct BwdArgs {
@@ -26,11 +27,13 @@ struct BwdArgs {
   void* da;
   void* db;
   int64_t rows, cols, dc_stride, a_stride, b_stride, da_stride, db_stride;
+  float gate, down;
 };
 
 namespace kern {
 
 using cuda::load_vec;
+using cuda::round_to;
 using cuda::store_vec;
 
 // act(a) and, when Grad, d act / d a, in fp32, each within a few fp32 ulp, so results stay within a rounding of
@@ -69,8 +72,11 @@ __global__ void glu_fwd(FwdArgs p) {
     float a[V], b[V], c[V];
     load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
     load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
+    // Rounded where Hugging Face's `act_fn(a * g) * b` rounds in T (a * 1 and products with 1 are exact: the default
+    // costs a few register operations per element, no memory traffic).
 #pragma unroll
-    for (int j = 0; j < V; ++j) c[j] = act<Act, false>(a[j], nullptr) * b[j];
+    for (int j = 0; j < V; ++j)
+      c[j] = round_to<T>(act<Act, false>(round_to<T>(a[j] * p.gate), nullptr)) * b[j] * p.down;
     store_vec<T, V>(static_cast<T*>(p.c) + row * p.c_stride + col, c);
   }
 }
@@ -86,11 +92,11 @@ __global__ void glu_bwd(BwdArgs p) {
     load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
     load_vec<T, V>(static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
+    for (int j = 0; j < V; ++j) {  // the roundings autograd takes through Hugging Face's module
       float grad;
-      const float f = act<Act, true>(a[j], &grad);
-      da[j] = dc[j] * b[j] * grad;
-      db[j] = dc[j] * f;
+      const float f = act<Act, true>(round_to<T>(a[j] * p.gate), &grad), u = dc[j] * p.down;
+      da[j] = round_to<T>(round_to<T>(u * b[j]) * grad) * p.gate;
+      db[j] = u * round_to<T>(f);
     }
     store_vec<T, V>(static_cast<T*>(p.da) + row * p.da_stride + col, da);
     store_vec<T, V>(static_cast<T*>(p.db) + row * p.db_stride + col, db);

@@ -73,7 +73,8 @@ TEST_P(SwigluReference, MatchesNaiveFp64) {
 
 INSTANTIATE_TEST_SUITE_P(
     Activations, SwigluReference,
-    ::testing::Values(Case{DType::kFloat32, TIGON_GLU_SILU, 5, 123, 0}, Case{DType::kBFloat16, TIGON_GLU_SILU, 3, 64, 7},
+    ::testing::Values(Case{DType::kFloat32, TIGON_GLU_SILU, 5, 123, 0},
+                      Case{DType::kBFloat16, TIGON_GLU_SILU, 3, 64, 7},
                       Case{DType::kFloat16, TIGON_GLU_SILU, 1, 1, 0},
                       Case{DType::kFloat32, TIGON_GLU_GELU_TANH, 4, 77, 3},
                       Case{DType::kBFloat16, TIGON_GLU_GELU_TANH, 6, 32, 0},
@@ -87,6 +88,35 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
              std::to_string(std::get<4>(c));
     });
+
+// Falcon-H1's multipliers: c = act(a g) b d, da = act'(a g) g b dc d, db = act(a g) dc d. A few roundings to the
+// dtype (a g, act, the product; dc b in backward), each half a unit.
+TEST(SwigluReference, MultipliersMatchNaiveFp64) {
+  const float g = 0.75f, d = 1.625f;
+  for (const DType dt : {DType::kFloat32, DType::kBFloat16})
+    for (int act = 0; act < 3; ++act) {
+      const int64_t rows = 4, cols = 50;
+      std::mt19937 rng(11 + act);
+      HostMat a(dt, rows, cols), b(dt, rows, cols), dc(dt, rows, cols), c(dt, rows, cols), da(dt, rows, cols),
+          db(dt, rows, cols);
+      a.fill_random(rng, 2.5);
+      b.fill_random(rng);
+      dc.fill_random(rng);
+      const tigon_swiglu_params p{act, g, d};
+      ASSERT_EQ(tigon_swiglu_fwd(a.view(), b.view(), c.view(), p, nullptr), TIGON_SUCCESS) << tigon_last_error();
+      ASSERT_EQ(tigon_swiglu_bwd(dc.view(), a.view(), b.view(), da.view(), db.view(), p, nullptr), TIGON_SUCCESS);
+      const double tol = 2 * rtol_of(dt);
+      // a g as the op defines it, rounded to the dtype: act' moves by more than a rounding near its zeros
+      const auto x = [&](int64_t r, int64_t k) { return tigon::round_to(dt, a.at(r, k) * g); };
+      EXPECT_LE(worst(c, [&](int64_t r, int64_t k) { return naive_act(act, x(r, k)) * b.at(r, k) * d; }, 1e-3), tol);
+      EXPECT_LE(worst(db, [&](int64_t r, int64_t k) { return naive_act(act, x(r, k)) * dc.at(r, k) * d; }, 1e-3),
+                tol);
+      const auto da_want = [&](int64_t r, int64_t k) {
+        return naive_grad(act, x(r, k)) * g * b.at(r, k) * dc.at(r, k) * d;
+      };
+      EXPECT_LE(worst(da, da_want, 1e-3), tol + 1e-6);
+    }
+}
 
 TEST(SwigluReference, InPlaceBackwardOverTheHalvesOfGateUp) {
   // a and b are the two halves of one [rows, 2I] gate_up buffer; da, db written over them equal the out-of-place run.
@@ -131,6 +161,8 @@ TEST_F(SwigluApi, ForwardRejectsBadArguments) {
   auto av = a.view(), bv = b.view(), cv = c.view();
   expect_error(tigon_swiglu_fwd(av, bv, cv, {3}, nullptr), "activation");
   expect_error(tigon_swiglu_fwd(av, bv, cv, {-1}, nullptr), "activation");
+  expect_error(tigon_swiglu_fwd(av, bv, cv, {0, NAN, 1.f}, nullptr), "gate_multiplier");
+  expect_error(tigon_swiglu_fwd(av, bv, cv, {0, 1.f, INFINITY}, nullptr), "down_multiplier");
   expect_error(tigon_swiglu_fwd(nullptr, bv, cv, {0}, nullptr), "a");
   expect_error(tigon_swiglu_fwd(av, nullptr, cv, {0}, nullptr), "b");
   expect_error(tigon_swiglu_fwd(av, bv, nullptr, {0}, nullptr), "c");
@@ -153,6 +185,7 @@ TEST_F(SwigluApi, ForwardRejectsBadArguments) {
 TEST_F(SwigluApi, BackwardRejectsBadArguments) {
   auto av = a.view(), bv = b.view(), dcv = c.view(), dav = d.view(), dbv = e.view();
   expect_error(tigon_swiglu_bwd(dcv, av, bv, dav, dbv, {7}, nullptr), "activation");
+  expect_error(tigon_swiglu_bwd(dcv, av, bv, dav, dbv, {0, -INFINITY, 1.f}, nullptr), "gate_multiplier");
   expect_error(tigon_swiglu_bwd(nullptr, av, bv, dav, dbv, {0}, nullptr), "dc");
   expect_error(tigon_swiglu_bwd(dcv, nullptr, bv, dav, dbv, {0}, nullptr), "a");
   expect_error(tigon_swiglu_bwd(dcv, av, nullptr, dav, dbv, {0}, nullptr), "b");

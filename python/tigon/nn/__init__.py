@@ -5,7 +5,7 @@ from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.rms_norm import GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
-from tigon.nn.swiglu import GemmaMLP, LlamaMLP, Phi3MLP
+from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 
-__all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "GemmaMLP", "GemmaRMSNorm", "LayerNorm", "LlamaMLP",
-           "Phi3MLP", "RMSNorm", "apply_rotary_pos_emb"]
+__all__ = ["CrossEntropyLoss", "FalconH1MLP", "FusedLinearCrossEntropyLoss", "GemmaMLP", "GemmaRMSNorm", "LayerNorm",
+           "LlamaMLP", "Phi3MLP", "RMSNorm", "apply_rotary_pos_emb"]

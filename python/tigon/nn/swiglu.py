@@ -1,5 +1,5 @@
-"""Gated MLP blocks with Hugging Face's parameter names (same state dicts as transformers' LlamaMLP, GemmaMLP and
-Phi3MLP), whose gated activation runs as one Tigon kernel with the in-place backward: the gate and up projections'
+"""Gated MLP blocks with Hugging Face's parameter names (same state dicts as transformers' LlamaMLP, GemmaMLP,
+FalconH1MLP and Phi3MLP), whose gated activation runs as one Tigon kernel with the in-place backward: the gate and up projections'
 outputs are used only inside the block, so their gradients can be written over them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU, _GLU, _check_gate_up, _check_pair
+from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU, _GLU, _check_gate_up, _check_multipliers, _check_pair
 
 # config.hidden_act -> our activation. gelu_new / gelu_pytorch_tanh / gelu_fast are the same tanh formula written
 # differently in transformers' ACT2FN.
@@ -60,6 +60,24 @@ class GemmaMLP(LlamaMLP):
     def __init__(self, config, in_place: bool = True, intermediate_size: int | None = None,
                  hidden_act: str | None = None) -> None:
         super().__init__(config, in_place, intermediate_size, hidden_act, bias=False)  # never biases
+
+
+class FalconH1MLP(LlamaMLP):
+    """Drop-in for transformers' FalconH1MLP: down_proj(up_proj(x) * act(gate_proj(x) * g)) * d with (g, d) =
+    config.mlp_multipliers. g runs inside the kernel; d scales down_proj's output as transformers does (its bias
+    included, rounded where transformers rounds), skipped when it is 1."""
+
+    def __init__(self, config, in_place: bool = True, intermediate_size: int | None = None,
+                 hidden_act: str | None = None) -> None:
+        super().__init__(config, in_place, intermediate_size, hidden_act)
+        self.gate_multiplier, self.down_multiplier = _check_multipliers(
+            *getattr(config, "mlp_multipliers", (1.0, 1.0)), "FalconH1MLP")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        _check_pair(gate, up, self.in_place, "FalconH1MLP")
+        y = self.down_proj(_GLU.apply(gate, up, self.activation, self.in_place, self.gate_multiplier))
+        return y if self.down_multiplier == 1.0 else y * self.down_multiplier
 
 
 class Phi3MLP(nn.Module):

@@ -11,6 +11,7 @@ that call the ctypes launchers directly in eager mode and the registered ops und
 from __future__ import annotations
 
 import ctypes
+import math
 
 import torch
 
@@ -24,7 +25,8 @@ _GELU_APPROXIMATE = {"tanh": "gelu_tanh", "none": "gelu_erf"}  # F.gelu's approx
 
 
 class SwigluParams(ctypes.Structure):  # tigon_swiglu_params
-    _fields_ = [("activation", ctypes.c_int32)]
+    _fields_ = [("activation", ctypes.c_int32), ("gate_multiplier", ctypes.c_float),
+                ("down_multiplier", ctypes.c_float)]
 
 
 _T = _lib.TENSOR_P
@@ -76,6 +78,18 @@ def _check_in_place(in_place, op: str) -> None:
         raise TypeError(f"{op}: argument 'in_place' must be a bool, got {type(in_place).__name__}")
 
 
+def _check_multipliers(gate_multiplier, down_multiplier, op: str):
+    """Falcon-H1's MLP multipliers as the (gate, down) floats the op takes."""
+    out = []
+    for name, v in (("gate_multiplier", gate_multiplier), ("down_multiplier", down_multiplier)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{op}: argument '{name}' must be a float, got {type(v).__name__}")
+        if not math.isfinite(v) or v == 0:  # 0 would read as 1 in the C API
+            raise ValueError(f"{op}: argument '{name}' must be finite and nonzero, got {v}")
+        out.append(float(v))
+    return tuple(out)
+
+
 def _gelu_activation(approximate, op: str) -> int:
     if not isinstance(approximate, str) or approximate not in _GELU_APPROXIMATE:
         raise ValueError(f"{op}: argument 'approximate' must be 'tanh' or 'none' (as in F.gelu), got {approximate!r}")
@@ -89,60 +103,61 @@ def _halves(gate_up: torch.Tensor):
     return gate_up[..., :half], gate_up[..., half:]
 
 
-def _launch_fwd(a, b, c, act: int) -> None:
+def _launch_fwd(a, b, c, act: int, gate: float = 1.0, down: float = 1.0) -> None:
     if a.numel() == 0:  # nothing to do, and empty tensors may carry strides no row view describes
         return
-    _lib.check(_fwd(_lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(c), SwigluParams(act),
+    _lib.check(_fwd(_lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(c), SwigluParams(act, gate, down),
                     _lib.stream_of(a)))
 
 
-def _launch_bwd(dc, a, b, da, db, act: int) -> None:
+def _launch_bwd(dc, a, b, da, db, act: int, gate: float = 1.0, down: float = 1.0) -> None:
     if a.numel() == 0:
         return
     _lib.check(_bwd(_lib.tensor_arg(dc), _lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(da),
-                    _lib.tensor_arg(db), SwigluParams(act), _lib.stream_of(a)))
+                    _lib.tensor_arg(db), SwigluParams(act, gate, down), _lib.stream_of(a)))
 
 
-def _fwd_impl(a, b, act: int):
+def _fwd_impl(a, b, act: int, gate: float = 1.0, down: float = 1.0):
     c = torch.empty(a.shape, dtype=a.dtype, device=a.device)
-    _launch_fwd(a, b, c, act)
+    _launch_fwd(a, b, c, act, gate, down)
     return c
 
 
-def _bwd_impl(dc, a, b, act: int):
+def _bwd_impl(dc, a, b, act: int, gate: float = 1.0, down: float = 1.0):
     da, db = torch.empty(a.shape, dtype=a.dtype, device=a.device), torch.empty(a.shape, dtype=a.dtype, device=a.device)
-    _launch_bwd(dc, a, b, da, db, act)
+    _launch_bwd(dc, a, b, da, db, act, gate, down)
     return da, db
 
 
-def _bwd_inplace_impl(dc, a, b, act: int) -> None:
-    _launch_bwd(dc, a, b, a, b, act)
+def _bwd_inplace_impl(dc, a, b, act: int, gate: float = 1.0, down: float = 1.0) -> None:
+    _launch_bwd(dc, a, b, a, b, act, gate, down)
 
 
-def _fused_fwd_impl(gate_up, act: int):
-    return _fwd_impl(*_halves(gate_up), act)
+def _fused_fwd_impl(gate_up, act: int, gate: float = 1.0, down: float = 1.0):
+    return _fwd_impl(*_halves(gate_up), act, gate, down)
 
 
-def _fused_bwd_impl(dc, gate_up, act: int):
+def _fused_bwd_impl(dc, gate_up, act: int, gate: float = 1.0, down: float = 1.0):
     dgate_up = torch.empty(gate_up.shape, dtype=gate_up.dtype, device=gate_up.device)
-    _launch_bwd(dc, *_halves(gate_up), *_halves(dgate_up), act)
+    _launch_bwd(dc, *_halves(gate_up), *_halves(dgate_up), act, gate, down)
     return dgate_up
 
 
-def _fused_bwd_inplace_impl(dc, gate_up, act: int) -> None:
+def _fused_bwd_inplace_impl(dc, gate_up, act: int, gate: float = 1.0, down: float = 1.0) -> None:
     a, b = _halves(gate_up)
-    _launch_bwd(dc, a, b, a, b, act)
+    _launch_bwd(dc, a, b, a, b, act, gate, down)
 
 
 # ---- torch.library registration ----------------------------------------------------------------------------------
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
-_LIB.define("swiglu_fwd(Tensor a, Tensor b, int activation) -> Tensor")
-_LIB.define("swiglu_bwd(Tensor dc, Tensor a, Tensor b, int activation) -> (Tensor, Tensor)")
-_LIB.define("swiglu_bwd_(Tensor dc, Tensor(a!) a, Tensor(b!) b, int activation) -> ()")
-_LIB.define("swiglu_fused_fwd(Tensor gate_up, int activation) -> Tensor")
-_LIB.define("swiglu_fused_bwd(Tensor dc, Tensor gate_up, int activation) -> Tensor")
-_LIB.define("swiglu_fused_bwd_(Tensor dc, Tensor(a!) gate_up, int activation) -> ()")
+_M = "float gate=1.0, float down=1.0"  # the multipliers
+_LIB.define(f"swiglu_fwd(Tensor a, Tensor b, int activation, {_M}) -> Tensor")
+_LIB.define(f"swiglu_bwd(Tensor dc, Tensor a, Tensor b, int activation, {_M}) -> (Tensor, Tensor)")
+_LIB.define(f"swiglu_bwd_(Tensor dc, Tensor(a!) a, Tensor(b!) b, int activation, {_M}) -> ()")
+_LIB.define(f"swiglu_fused_fwd(Tensor gate_up, int activation, {_M}) -> Tensor")
+_LIB.define(f"swiglu_fused_bwd(Tensor dc, Tensor gate_up, int activation, {_M}) -> Tensor")
+_LIB.define(f"swiglu_fused_bwd_(Tensor dc, Tensor(a!) gate_up, int activation, {_M}) -> ()")
 for _key in ("CPU", "CUDA"):
     _LIB.impl("swiglu_fwd", _fwd_impl, _key)
     _LIB.impl("swiglu_bwd", _bwd_impl, _key)
@@ -153,32 +168,32 @@ for _key in ("CPU", "CUDA"):
 
 
 @torch.library.register_fake("tigon::swiglu_fwd")
-def _fwd_fake(a, b, activation):
+def _fwd_fake(a, b, activation, gate=1.0, down=1.0):
     return a.new_empty(a.shape)
 
 
 @torch.library.register_fake("tigon::swiglu_bwd")
-def _bwd_fake(dc, a, b, activation):
+def _bwd_fake(dc, a, b, activation, gate=1.0, down=1.0):
     return a.new_empty(a.shape), a.new_empty(a.shape)
 
 
 @torch.library.register_fake("tigon::swiglu_bwd_")
-def _bwd_inplace_fake(dc, a, b, activation):
+def _bwd_inplace_fake(dc, a, b, activation, gate=1.0, down=1.0):
     return None
 
 
 @torch.library.register_fake("tigon::swiglu_fused_fwd")
-def _fused_fwd_fake(gate_up, activation):
+def _fused_fwd_fake(gate_up, activation, gate=1.0, down=1.0):
     return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
 
 
 @torch.library.register_fake("tigon::swiglu_fused_bwd")
-def _fused_bwd_fake(dc, gate_up, activation):
+def _fused_bwd_fake(dc, gate_up, activation, gate=1.0, down=1.0):
     return gate_up.new_empty(gate_up.shape)
 
 
 @torch.library.register_fake("tigon::swiglu_fused_bwd_")
-def _fused_bwd_inplace_fake(dc, gate_up, activation):
+def _fused_bwd_inplace_fake(dc, gate_up, activation, gate=1.0, down=1.0):
     return None
 
 
@@ -193,10 +208,10 @@ def _grad_rows(dc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class _GLU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, act, in_place):
-        c = torch.ops.tigon.swiglu_fwd(a, b, act) if compiling() else _fwd_impl(a, b, act)
+    def forward(ctx, a, b, act, in_place, gate=1.0, down=1.0):
+        c = torch.ops.tigon.swiglu_fwd(a, b, act, gate, down) if compiling() else _fwd_impl(a, b, act, gate, down)
         ctx.save_for_backward(a, b)
-        ctx.act, ctx.in_place = act, in_place
+        ctx.act, ctx.in_place, ctx.mult = act, in_place, (gate, down)
         return c
 
     @staticmethod
@@ -205,23 +220,26 @@ class _GLU(torch.autograd.Function):
         dc = _grad_rows(dc, a.dtype)
         if ctx.in_place:  # da, db written over a, b: no activation-sized allocation
             if compiling():
-                torch.ops.tigon.swiglu_bwd_(dc, a, b, ctx.act)
+                torch.ops.tigon.swiglu_bwd_(dc, a, b, ctx.act, *ctx.mult)
             else:
-                _bwd_inplace_impl(dc, a, b, ctx.act)
+                _bwd_inplace_impl(dc, a, b, ctx.act, *ctx.mult)
             da, db = a, b
         elif compiling():
-            da, db = torch.ops.tigon.swiglu_bwd(dc, a, b, ctx.act)
+            da, db = torch.ops.tigon.swiglu_bwd(dc, a, b, ctx.act, *ctx.mult)
         else:
-            da, db = _bwd_impl(dc, a, b, ctx.act)
-        return da, db, None, None
+            da, db = _bwd_impl(dc, a, b, ctx.act, *ctx.mult)
+        return da, db, None, None, None, None
 
 
 class _FusedGLU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gate_up, act, in_place):
-        c = torch.ops.tigon.swiglu_fused_fwd(gate_up, act) if compiling() else _fused_fwd_impl(gate_up, act)
+    def forward(ctx, gate_up, act, in_place, gate=1.0, down=1.0):
+        if compiling():
+            c = torch.ops.tigon.swiglu_fused_fwd(gate_up, act, gate, down)
+        else:
+            c = _fused_fwd_impl(gate_up, act, gate, down)
         ctx.save_for_backward(gate_up)
-        ctx.act, ctx.in_place = act, in_place
+        ctx.act, ctx.in_place, ctx.mult = act, in_place, (gate, down)
         return c
 
     @staticmethod
@@ -230,44 +248,54 @@ class _FusedGLU(torch.autograd.Function):
         dc = _grad_rows(dc, gate_up.dtype)
         if ctx.in_place:  # dgate_up written over gate_up
             if compiling():
-                torch.ops.tigon.swiglu_fused_bwd_(dc, gate_up, ctx.act)
+                torch.ops.tigon.swiglu_fused_bwd_(dc, gate_up, ctx.act, *ctx.mult)
             else:
-                _fused_bwd_inplace_impl(dc, gate_up, ctx.act)
+                _fused_bwd_inplace_impl(dc, gate_up, ctx.act, *ctx.mult)
             dgate_up = gate_up
         elif compiling():
-            dgate_up = torch.ops.tigon.swiglu_fused_bwd(dc, gate_up, ctx.act)
+            dgate_up = torch.ops.tigon.swiglu_fused_bwd(dc, gate_up, ctx.act, *ctx.mult)
         else:
-            dgate_up = _fused_bwd_impl(dc, gate_up, ctx.act)
-        return dgate_up, None, None
+            dgate_up = _fused_bwd_impl(dc, gate_up, ctx.act, *ctx.mult)
+        return dgate_up, None, None, None, None
 
 
 # ---- public functions -------------------------------------------------------------------------------------------------
 
-def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    """SwiGLU: ``F.silu(a) * b`` in one kernel (fp32 math, one rounding). a and b: [..., I], same shape and dtype
-    (fp32/fp16/bf16), last dimension contiguous, rows of any stride; CPU or CUDA. in_place=True writes the gradients
-    over a and b in backward (leave it off when a or b is used elsewhere, e.g. a leaf tensor)."""
+def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False, gate_multiplier: float = 1.0,
+           down_multiplier: float = 1.0) -> torch.Tensor:
+    """SwiGLU: ``F.silu(a) * b`` in one kernel, fp32 math rounded to the dtype where that expression rounds (silu(a),
+    then the product), so it matches Hugging Face's MLP bit for bit but for fp32 ulps. a and b: [..., I], same shape
+    and dtype (fp32/fp16/bf16), last dimension contiguous, rows of any stride; CPU or CUDA. in_place=True writes the
+    gradients over a and b in backward (leave it off when a or b is used elsewhere, e.g. a leaf tensor).
+    gate_multiplier g and down_multiplier d (Falcon-H1's mlp_multipliers): ``F.silu(a * g) * b * d``."""
+    mult = _check_multipliers(gate_multiplier, down_multiplier, "swiglu")
     _check_pair(a, b, in_place, "swiglu")
-    return _GLU.apply(a, b, ACTIVATIONS["silu"], in_place)
+    return _GLU.apply(a, b, ACTIVATIONS["silu"], in_place, *mult)
 
 
-def geglu(a: torch.Tensor, b: torch.Tensor, approximate: str = "tanh", in_place: bool = False) -> torch.Tensor:
+def geglu(a: torch.Tensor, b: torch.Tensor, approximate: str = "tanh", in_place: bool = False,
+          gate_multiplier: float = 1.0, down_multiplier: float = 1.0) -> torch.Tensor:
     """GeGLU: ``F.gelu(a, approximate=approximate) * b`` ("tanh" as in Gemma, or "none" for the erf form); otherwise
     as swiglu()."""
     act = _gelu_activation(approximate, "geglu")
+    mult = _check_multipliers(gate_multiplier, down_multiplier, "geglu")
     _check_pair(a, b, in_place, "geglu")
-    return _GLU.apply(a, b, act, in_place)
+    return _GLU.apply(a, b, act, in_place, *mult)
 
 
-def swiglu_fused(gate_up: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+def swiglu_fused(gate_up: torch.Tensor, in_place: bool = False, gate_multiplier: float = 1.0,
+                 down_multiplier: float = 1.0) -> torch.Tensor:
     """SwiGLU over a fused projection [..., 2I]: ``a, b = gate_up.chunk(2, dim=-1); F.silu(a) * b`` (Phi-3's order).
-    The backward returns d(gate_up); in_place=True writes it over gate_up."""
+    The backward returns d(gate_up); in_place=True writes it over gate_up. Otherwise as swiglu()."""
+    mult = _check_multipliers(gate_multiplier, down_multiplier, "swiglu_fused")
     _check_gate_up(gate_up, in_place, "swiglu_fused")
-    return _FusedGLU.apply(gate_up, ACTIVATIONS["silu"], in_place)
+    return _FusedGLU.apply(gate_up, ACTIVATIONS["silu"], in_place, *mult)
 
 
-def geglu_fused(gate_up: torch.Tensor, approximate: str = "tanh", in_place: bool = False) -> torch.Tensor:
+def geglu_fused(gate_up: torch.Tensor, approximate: str = "tanh", in_place: bool = False,
+                gate_multiplier: float = 1.0, down_multiplier: float = 1.0) -> torch.Tensor:
     """GeGLU over a fused projection [..., 2I]; otherwise as swiglu_fused()."""
     act = _gelu_activation(approximate, "geglu_fused")
+    mult = _check_multipliers(gate_multiplier, down_multiplier, "geglu_fused")
     _check_gate_up(gate_up, in_place, "geglu_fused")
-    return _FusedGLU.apply(gate_up, act, in_place)
+    return _FusedGLU.apply(gate_up, act, in_place, *mult)
