@@ -1,12 +1,10 @@
 """The CPU path says what it is: one warning per process, and the CPU benchmark table shows it, without the CUDA-only
 columns, aligned, each skip note once."""
 
-import subprocess
-import sys
-
 import torch
 
 import tigon
+from run_python import run_python
 from tigon.bench.report import Context, make_result, print_table
 
 _TWICE = """
@@ -23,8 +21,7 @@ print(sum(issubclass(s.category, tigon.TigonCPUWarning) for s in seen))
 
 
 def test_cpu_warning_once_per_process():
-    out = subprocess.run([sys.executable, "-c", _TWICE], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "1", out.stdout + out.stderr
+    assert run_python(_TWICE).strip() == "1"
     assert "float64" in tigon.CPU_PATH_NOTE and "not for speed" in tigon.CPU_PATH_NOTE
 
 
