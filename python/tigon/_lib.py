@@ -9,11 +9,12 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import warnings
 from pathlib import Path
 
 import torch
 
-__all__ = ["TigonError", "TigonArgumentError", "TigonTensor", "TENSOR_P", "lib", "library_path", "declare", "tensor_arg",
+__all__ = ["TigonError", "TigonArgumentError", "TigonCPUWarning", "CPU_PATH_NOTE", "TigonTensor", "TENSOR_P", "lib", "library_path", "declare", "tensor_arg",
            "check", "stream_of"]
 
 
@@ -25,7 +26,16 @@ class TigonArgumentError(TigonError, ValueError):
     """Invalid input (dtype, shape, stride, device or option), reported by the C library."""
 
 
+class TigonCPUWarning(UserWarning):
+    """Issued once per process, the first time an op runs on CPU tensors (filter it with this category)."""
+
+
+CPU_PATH_NOTE = ("Tigon's CPU path is a float64-accumulating reference implementation meant for checking "
+                 "correctness, not for speed (patched training on a CPU is several times slower than plain PyTorch); "
+                 "the fast kernels need a CUDA device")
+
 _STATUS_INVALID_ARGUMENT = 1
+_cpu_warned = False
 
 
 class _Device(ctypes.Structure):
@@ -143,7 +153,17 @@ def tensor_arg(t: torch.Tensor | None):
 
 
 def stream_of(t: torch.Tensor):
-    """The current torch stream of t's device as a cudaStream_t (None on CPU)."""
+    """The current torch stream of t's device as a cudaStream_t (None on CPU). Every op launch asks, so the CPU
+    branch is where the one-time CPU warning is given (the CUDA path pays nothing for it)."""
     if t.device.type != "cuda":
+        _warn_cpu()
         return None
     return torch._C._cuda_getCurrentRawStream(t.device.index)
+
+
+def _warn_cpu() -> None:
+    # A module flag rather than the warnings registry: once per process whatever the active filters say.
+    global _cpu_warned
+    if not _cpu_warned:
+        _cpu_warned = True
+        warnings.warn(CPU_PATH_NOTE, TigonCPUWarning, stacklevel=3)

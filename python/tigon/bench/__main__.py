@@ -6,12 +6,14 @@ import argparse
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 import torch
 
+import tigon
 from tigon.bench import BENCHMARKS, DEFAULT_OPS, records, train_step
-from tigon.bench.report import Context, draw_charts, environment, print_table, progress, write_jsonl
+from tigon.bench.report import Context, draw_charts, environment, grouped_notes, print_table, progress, write_jsonl
 from tigon.bench.timing import measure_copy_bandwidth
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -59,8 +61,9 @@ def main(argv=None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: torch sees no CUDA device")
     if device.type == "cpu":
-        progress("no CUDA device: CPU reference path on small shapes" if args.device is None
-                 else "--device cpu: CPU reference path on small shapes")
+        progress(("no CUDA device" if args.device is None else "--device cpu")
+                 + f": CPU reference path on small shapes. {tigon.CPU_PATH_NOTE}")
+        warnings.filterwarnings("ignore", category=tigon.TigonCPUWarning)  # said once above and in the table
     # GPU: many reps because single kernels are tens of microseconds; CPU: the reference path only needs to work.
     gpu = device.type == "cuda"
     reps, warmup = ((20, 3) if args.quick else (100, 10)) if gpu else ((5, 1) if args.quick else (10, 2))
@@ -96,7 +99,7 @@ def main(argv=None) -> int:
         print_table(op_rows, ctx)  # last, so the tables end stdout (with the notes)
     train_step.print_table(results)
     if not op_rows:
-        for n in ctx.notes:
+        for n in grouped_notes(ctx.notes):
             print(f"note: {n}")
     return 1 if any(r.get("error") for r in results) else 0
 

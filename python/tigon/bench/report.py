@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Skip", "Context", "progress", "environment", "make_result", "print_table", "write_jsonl", "draw_charts"]
+__all__ = ["Skip", "Context", "progress", "environment", "make_result", "print_table", "write_jsonl", "draw_charts", "grouped_notes"]
 
 
 class Skip(Exception):
@@ -40,8 +40,10 @@ class Context:
     stream_reps: int = 10  # replays of the steady-state graph (each holds many calls)
     notes: list = field(default_factory=list)
 
-    def note(self, msg: str) -> None:  # shown live and repeated under the table
-        progress(msg)
+    def note(self, msg: str) -> None:  # shown live (each distinct text once) and repeated under the table
+        rest = msg.partition(": ")[2] or msg
+        if all((n.partition(": ")[2] or n) != rest for n in self.notes):
+            progress(msg)
         self.notes.append(msg)
 
 
@@ -125,53 +127,87 @@ def make_result(ctx: Context, op: str, impl: str, shape, nbytes: dict, fwd_ms=No
 
 # ---- table ------------------------------------------------------------------------------------------------------------
 
-_COLS = [("op", 8), ("shape", 11), ("impl", 13), ("fwd ms", 8), ("bwd ms", 8), ("full ms", 8), ("fwd GB/s", 8),
-         ("full GB/s", 9), ("%copy f/F", 9), ("graph f/F ms", 15), ("dev f/F ms", 15), ("d.%copy", 7), ("peak MiB", 8), ("x eager", 7),
-         ("max err y/dx/dw", 23)]
+# (header, CUDA only): graph/dev timings and peak memory need CUDA graphs and the CUDA allocator.
+_COLS = [("op", False), ("shape", False), ("impl", False), ("fwd ms", False), ("bwd ms", False), ("full ms", False),
+         ("fwd GB/s", False), ("full GB/s", False), ("%copy f/F", False), ("graph f/F ms", True), ("dev f/F ms", True),
+         ("d.%copy", True), ("peak MiB", True), ("x eager", False), ("max err y/dx/dw", False)]
+_GPU_NOTE = ("graph = one call replayed from a CUDA graph after an L2 flush (launch overhead out, event overhead in); "
+             "dev = steady-state device time per call: a CUDA graph of many back-to-back calls on input copies rotated "
+             "past L2, a fresh copy per call for ops that write over their inputs (what a GPU-bound training step "
+             "sees; d.%copy is its share of the copy bandwidth); ")
 
 
 def _f(v, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def _row(r: dict, eager_full: float | None) -> list[str]:
-    head = [r["op"], "x".join(map(str, r["shape"])), r["impl"]]
+def _row(r: dict, eager_full: float | None) -> dict:
+    head = {"op": r["op"], "shape": "x".join(map(str, r["shape"])), "impl": r["impl"]}
     if r.get("error"):
-        return head + [f"FAILED: {r['error']}"[:120]]
+        return {**head, "error": f"FAILED: {r['error']}"[:120]}
     speedup = eager_full / r["full_ms"] if eager_full and r["full_ms"] else None
     errs = "/".join(_f(r.get(k), ".1e") for k in ("err_y", "err_dx", "err_dw"))
-    return head + [_f(r["fwd_ms"], ".4f"), _f(r["bwd_ms"], ".4f"), _f(r["full_ms"], ".4f"), _f(r["fwd_gbps"], ".1f"),
-                   _f(r["full_gbps"], ".1f"), f"{_f(r['pct_copy_fwd'], '.0f')}/{_f(r['pct_copy_full'], '.0f')}",
-                   f"{_f(r.get('fwd_graph_ms'), '.4f')}/{_f(r.get('full_graph_ms'), '.4f')}",
-                   f"{_f(r.get('fwd_dev_ms'), '.4f')}/{_f(r.get('full_dev_ms'), '.4f')}",
-                   f"{_f(r.get('pct_copy_fwd_dev'), '.0f')}/{_f(r.get('pct_copy_full_dev'), '.0f')}",
-                   _f(r["peak_mib"], ".1f"), _f(speedup, ".2f"), errs]
+    return {**head, "fwd ms": _f(r["fwd_ms"], ".4f"), "bwd ms": _f(r["bwd_ms"], ".4f"),
+            "full ms": _f(r["full_ms"], ".4f"), "fwd GB/s": _f(r["fwd_gbps"], ".1f"),
+            "full GB/s": _f(r["full_gbps"], ".1f"),
+            "%copy f/F": f"{_f(r['pct_copy_fwd'], '.0f')}/{_f(r['pct_copy_full'], '.0f')}",
+            "graph f/F ms": f"{_f(r.get('fwd_graph_ms'), '.4f')}/{_f(r.get('full_graph_ms'), '.4f')}",
+            "dev f/F ms": f"{_f(r.get('fwd_dev_ms'), '.4f')}/{_f(r.get('full_dev_ms'), '.4f')}",
+            "d.%copy": f"{_f(r.get('pct_copy_fwd_dev'), '.0f')}/{_f(r.get('pct_copy_full_dev'), '.0f')}",
+            "peak MiB": _f(r["peak_mib"], ".1f"), "x eager": _f(speedup, ".2f"), "max err y/dx/dw": errs}
+
+
+def grouped_notes(notes: list[str]) -> list[str]:
+    """Each note once: notes that differ only in their "<op>: " prefix (the same skip for every op) become one line
+    naming the ops."""
+    groups: dict[str, list[str]] = {}
+    for n in notes:
+        label, sep, rest = n.partition(": ")
+        if not sep:
+            label, rest = "", n
+        labels = groups.setdefault(rest, [])
+        if label not in labels:
+            labels.append(label)
+    return [f"{', '.join(l for l in labels if l)}: {rest}" if any(labels) else rest for rest, labels in groups.items()]
 
 
 def print_table(results: list[dict], ctx: Context) -> None:
-    env = ctx.env
+    env, gpu = ctx.env, ctx.device.type == "cuda"
+    from tigon import CPU_PATH_NOTE
     print(f"\n{env['gpu']} | {str(ctx.dtype).replace('torch.', '')} | copy bandwidth {ctx.copy_gbps:.1f} GB/s "
           f"(read+write) | torch {env['torch']} | tigon {env['tigon']} | git {env['git_sha']} | "
           f"median of {ctx.reps} reps")
-    print("full = forward + backward; eager calls timed with CUDA events (Python and launch overhead included); "
-          "graph = one call replayed from a CUDA graph after an L2 flush (launch overhead out, event overhead in); dev = steady-state device time per call: a CUDA graph of many back-to-back calls on input copies rotated past L2, a fresh copy per call for ops that write over their inputs (what a GPU-bound training step sees; d.%copy is its share of the copy bandwidth); GB/s from each op's byte model "
-          "(the bytes that must move, in python/tigon/bench/<op>.py); x eager = torch_eager full ms / full ms; "
-          "max err of the output and gradients vs torch_eager in float32")
-    widths = [w for _, w in _COLS]
-    line = lambda cells: "  ".join(c.rjust(w) if i > 2 else c.ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    print(line([name for name, _ in _COLS]))
-    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
-    prev = None
+    if not gpu:
+        print(f"CPU: {CPU_PATH_NOTE}; these numbers say that it runs, not how fast Tigon is")
+    print("full = forward + backward; " + ("eager calls timed with CUDA events (Python and launch overhead included); "
+                                           + _GPU_NOTE if gpu else "timed with perf_counter; ")
+          + "GB/s from each op's byte model (the bytes that must move, in python/tigon/bench/<op>.py); "
+          "x eager = torch_eager full ms / full ms; max err of the output and gradients vs torch_eager in float32")
+    names = [n for n, cuda_only in _COLS if gpu or not cuda_only]
+    rows, prev = [], None
     for r in results:
         key = (r["op"], tuple(r["shape"]))
         if prev is not None and key != prev:
-            print()  # blank line between shapes keeps the impls of one shape together
+            rows.append(None)  # blank line between shapes keeps the impls of one shape together
         prev = key
         eager = next((e["full_ms"] for e in results if (e["op"], tuple(e["shape"])) == key
                       and e["impl"] == "torch_eager" and not e.get("error")), None)
-        print(line(_row(r, eager)))
-    for n in ctx.notes:
+        rows.append(_row(r, eager))
+    widths = [max([len(n)] + [len(r[n]) for r in rows if r and n in r]) for n in names]
+
+    def line(cells):  # text columns (op, shape, impl) to the left, numbers to the right
+        return "  ".join(c.rjust(w) if i > 2 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    print(line(names))
+    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    for r in rows:
+        if r is None:
+            print()
+        elif "error" in r:
+            print(line([r["op"], r["shape"], r["impl"]]) + "  " + r["error"])
+        else:
+            print(line([r[n] for n in names]))
+    for n in grouped_notes(ctx.notes):
         print(f"note: {n}")
     sys.stdout.flush()
 
@@ -203,7 +239,10 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
         panels = [("fwd_ms", "forward (ms, lower is better)"), ("full_ms", "forward + backward (ms, lower is better)"),
                   ("full_graph_ms", "forward + backward, CUDA graph replay (ms)"),
                   ("pct_copy_full", "forward + backward: % of copy bandwidth")]
-        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
+        # CUDA-only panels (graph replay) only where some row has them: a CPU run would draw an empty panel.
+        panels = [p for p in panels if any(r.get(p[0]) is not None for r in rows)]
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+        axes = axes[0]
         width = 0.8 / len(impls)
         for ax, (key, title) in zip(axes, panels):
             for i, impl in enumerate(impls):

@@ -16,6 +16,12 @@ cross_entropy: Tigon's cross entropy on the logits where they are computed (eval
 fused loss). revert() undoes the class-level patches.
 """
 
+try:
+    import transformers as _transformers  # noqa: F401  (checked first: the error below says what to install)
+except ImportError as _e:
+    raise ImportError("tigon.transformers needs Hugging Face transformers, which is not installed: "
+                      "pip install 'tigon[hf]' (from a checkout: pip install \".[hf]\")") from _e
+
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES
 from tigon.transformers._patch import apply, patch, revert
 from tigon.transformers.auto import AutoTigonForCausalLM
