@@ -36,30 +36,49 @@ using cuda::load_vec;
 using cuda::round_to;
 using cuda::store_vec;
 
-// act(a) and, when Grad, d act / d a, in fp32, each within a few fp32 ulp, so results stay within a rounding of
-// torch's. SiLU and erf-GELU use the accurate library functions (expf, erff). The tanh-GELU is written as
-// 0.5·a·(1 + tanh u) = a·σ(2u), u = √(2/π)(a + 0.044715a³): one ex2 and one reciprocal on the SFU (2 ulp each) in
-// place of tanhf, whose two branches (polynomial below |u| 0.6, exponential above) both ran in most warps and made
-// the GeGLU forward ~4% slower than SwiGLU's. σ(2u) needs no cancellation (1 + tanh u loses the digits of small
-// results for negative a), and 2^(+large) = inf gives σ = 0 exactly.
-template <int Act, bool Grad>
-__device__ __forceinline__ float act(float a, float* grad) {
+// act(a) and dy · act'(a) in fp32 by the formulas, and in the order, of torch's own CUDA kernels for silu and gelu
+// (and their backward), so that each result lands on the rounding Hugging Face's module gets: one fp32 ulp apart is
+// enough to flip a bf16 rounding, and at Liger's test tolerance a few flipped activations move near-zero outputs of
+// the next projection past 1e-2. (A faster tanh-GELU form, a·σ(2u) on the SFU, cost that parity and was dropped:
+// docs/performance/swiglu-geglu.md.) Compiled without fast-math, expf / tanhf / erff are the accurate library
+// functions torch uses too.
+constexpr float kGeluTanhBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluTanhKappa = 0.044715f;
+constexpr float kGeluErfAlpha = 0.7071067811865476f;  // 1 / sqrt(2)
+constexpr float kGeluErfBeta = 0.3989422804014327f;   // 1 / sqrt(2 pi)
+
+template <int Act>
+__device__ __forceinline__ float act_fwd(float x) {
   if constexpr (Act == TIGON_GLU_SILU) {
-    const float s = 1.f / (1.f + expf(-a));
-    if constexpr (Grad) *grad = s * (1.f + a * (1.f - s));
-    return a * s;
+    return x / (1.f + expf(-x));
   } else if constexpr (Act == TIGON_GLU_GELU_TANH) {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f, kCubic = 0.044715f;
-    constexpr float k1 = -2.f * 1.4426950408889634f * kSqrt2OverPi, k3 = k1 * kCubic;  // 2^(a(k1 + k3 a²)) = e^(-2u)
-    const float a2 = a * a;
-    const float s = cuda::rcp_fast(1.f + cuda::exp2_fast(a * fmaf(k3, a2, k1)));  // σ(2u)
-    if constexpr (Grad) *grad = s + 2.f * a * s * (1.f - s) * kSqrt2OverPi * (1.f + 3.f * kCubic * a2);
-    return a * s;
+    const float x_cube = x * x * x;
+    const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
+    return 0.5f * x * (1.f + tanhf(inner));
   } else {
-    constexpr float kInvSqrt2 = 0.7071067811865476f, kInvSqrt2Pi = 0.3989422804014327f;
-    const float cdf = 0.5f * (1.f + erff(a * kInvSqrt2));
-    if constexpr (Grad) *grad = cdf + a * kInvSqrt2Pi * expf(-0.5f * a * a);
-    return a * cdf;
+    return x * 0.5f * (1.f + erff(x * kGeluErfAlpha));
+  }
+}
+
+template <int Act>
+__device__ __forceinline__ float act_bwd(float x, float dy) {
+  if constexpr (Act == TIGON_GLU_SILU) {
+    const float sigmoid = 1.f / (1.f + expf(-x));
+    return dy * sigmoid * (1.f + x * (1.f - sigmoid));
+  } else if constexpr (Act == TIGON_GLU_GELU_TANH) {
+    const float x_sq = x * x, x_cube = x_sq * x;
+    const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
+    const float tanh_inner = tanhf(inner);
+    const float left = 0.5f * x, right = 1.f + tanh_inner;
+    const float left_derivative = 0.5f * right;
+    const float tanh_derivative = 1.f - tanh_inner * tanh_inner;
+    const float inner_derivative = kGeluTanhBeta * (1.f + 3.f * kGeluTanhKappa * x_sq);
+    const float right_derivative = left * tanh_derivative * inner_derivative;
+    return dy * (left_derivative + right_derivative);
+  } else {
+    const float cdf = 0.5f * (1.f + erff(x * kGeluErfAlpha));
+    const float pdf = expf(-0.5f * x * x) * kGeluErfBeta;
+    return dy * (cdf + x * pdf);
   }
 }
 
@@ -76,7 +95,7 @@ __global__ void glu_fwd(FwdArgs p) {
     // costs a few register operations per element, no memory traffic).
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      c[j] = round_to<T>(act<Act, false>(round_to<T>(a[j] * p.gate), nullptr)) * b[j] * p.down;
+      c[j] = round_to<T>(act_fwd<Act>(round_to<T>(a[j] * p.gate))) * b[j] * p.down;
     store_vec<T, V>(static_cast<T*>(p.c) + row * p.c_stride + col, c);
   }
 }
@@ -93,10 +112,9 @@ __global__ void glu_bwd(BwdArgs p) {
     load_vec<T, V>(static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
 #pragma unroll
     for (int j = 0; j < V; ++j) {  // the roundings autograd takes through Hugging Face's module
-      float grad;
-      const float f = act<Act, true>(round_to<T>(a[j] * p.gate), &grad), u = dc[j] * p.down;
-      da[j] = round_to<T>(round_to<T>(u * b[j]) * grad) * p.gate;
-      db[j] = u * round_to<T>(f);
+      const float x = round_to<T>(a[j] * p.gate), u = dc[j] * p.down;
+      da[j] = round_to<T>(act_bwd<Act>(x, round_to<T>(u * b[j]))) * p.gate;
+      db[j] = u * round_to<T>(act_fwd<Act>(x));
     }
     store_vec<T, V>(static_cast<T*>(p.da) + row * p.da_stride + col, da);
     store_vec<T, V>(static_cast<T*>(p.db) + row * p.db_stride + col, db);
