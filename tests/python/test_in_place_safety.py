@@ -141,3 +141,15 @@ def test_output_gradient_an_op_saved_raises(device, op):
     torch.autograd.grad(y, x, dy)
     with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
         dy.sum().backward()
+
+
+@pytest.mark.parametrize("op", ["swiglu", "cross_entropy"])
+def test_under_compile_an_op_that_saved_the_buffer_still_raises(op):
+    # CPU (aot_eager): the backward is traced when compiled, so the error comes then, never a wrong gradient
+    x, t = logits_and_target(4, 16, "cpu")
+    if op == "swiglu":
+        fn = lambda z: swiglu(z.exp(), z * 2, in_place=True).sum()  # noqa: E731
+    else:
+        fn = lambda z: cross_entropy(z.exp(), t, in_place=True)  # noqa: E731
+    with pytest.raises(Exception, match=IN_PLACE_ERROR):
+        torch.autograd.grad(torch.compile(fn, fullgraph=True, backend="aot_eager")(x), x)
