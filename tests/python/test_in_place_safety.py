@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from conftest import DEVICES
 from tigon.nn import CrossEntropyLoss
-from tigon.ops import cross_entropy, layer_norm, rms_norm, rope
+from tigon.ops import cross_entropy, fused_linear_cross_entropy, layer_norm, rms_norm, rope
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 from tolerances import assert_close
 
@@ -48,6 +48,16 @@ def test_cross_entropy_second_backward_raises(device, in_place):
     # the backward scales its gradient buffer in place: a second pass over it would scale it twice
     x, t = logits_and_target(6, 16, device)
     loss = cross_entropy(x * 1, t, in_place=in_place, reduction="sum") * 3.0
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_linear_cross_entropy_second_backward_raises(device):
+    x, t = logits_and_target(6, 16, device)
+    w = torch.randn(24, 16, device=device, requires_grad=True)
+    loss = fused_linear_cross_entropy(x, w, t.clamp(max=23)) * 3.0
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
         loss.backward()

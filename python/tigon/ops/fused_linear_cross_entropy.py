@@ -207,6 +207,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             _, _, _, dx, dw, db = _run(x, weight, bias, target, ce_weight, grad_loss, *ctx.opts, *ctx.need)
         else:
             dx, dw, db = ctx.saved_tensors  # ours: scaled where they lie (nothing to do for a grad_output of 1)
+            torch.autograd.graph.increment_version((dx, dw, db))  # a second backward must raise, not rescale
             if compiling():
                 torch.ops.tigon.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
             else:
