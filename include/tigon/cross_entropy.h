@@ -18,7 +18,8 @@
  *
  * A target outside [0, V) that is not ignore_index: the CPU path fails with an error naming 'target'; the CUDA path
  * cannot check without synchronising, so that row's loss and gradient row are NaN (and with class weights W is NaN),
- * which makes a reduced loss NaN.
+ * which makes a reduced loss NaN. To find such a target, validate before the call: the Python ops and modules do it
+ * on request (check_targets=True: one reduction and one device-to-host read per call, an error naming 'target').
  *
  * Shapes and dtypes: logits [N, V] in {fp32, fp16, bf16}, last stride 1, any row stride >= V (or [..., V] whose leading
  * dimensions flatten to rows); target N int32 or int64 values, contiguous; weight NULL or V fp32 values, contiguous.

@@ -142,8 +142,7 @@ def test_in_place_backward_writes_over_the_inputs(device, fused):
     else:
         b_src = rows_of(shape, torch.bfloat16, device).requires_grad_()
         expect = torch.autograd.grad(swiglu(src, b_src), (src, b_src), dc)
-        a, b = src.detach() * 1, b_src.detach() * 1
-        a.requires_grad_(), b.requires_grad_()
+        a, b = src.detach().requires_grad_() * 1, b_src.detach().requires_grad_() * 1  # intermediates, not leaves
         got = torch.autograd.grad(swiglu(a, b, in_place=True), (a, b), dc)
         assert torch.equal(got[0], expect[0]) and torch.equal(got[1], expect[1])
         assert got[0].data_ptr() == a.data_ptr() and got[1].data_ptr() == b.data_ptr()

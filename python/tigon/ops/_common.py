@@ -53,3 +53,11 @@ def check_row_layout(t: torch.Tensor, arg: str, op: str) -> None:
             f"{op}: argument '{arg}' has a layout the kernel cannot read in rows (shape {tuple(t.shape)}, strides "
             f"{t.stride()}): the last dimension must be contiguous and the leading ones must flatten with one "
             f"stride; pass {arg}.contiguous()")
+
+
+def refuse_leaf(t: torch.Tensor, arg: str, op: str) -> None:
+    """in_place=True writes a gradient over t: a leaf that requires grad (a parameter, a user's input) would lose its
+    values and receive itself as its .grad."""
+    if t.requires_grad and t.is_leaf and torch.is_grad_enabled():  # without grad nothing is written
+        raise ValueError(f"{op}: argument '{arg}' is a leaf tensor that requires grad, and in_place=True would write "
+                         f"its gradient over it; pass in_place=False, or an intermediate (e.g. {arg} * 1)")

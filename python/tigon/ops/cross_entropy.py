@@ -14,7 +14,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import FLOAT_DTYPES, check_row_layout, compiling
+from tigon.ops._common import FLOAT_DTYPES, check_row_layout, compiling, refuse_leaf
 
 __all__ = ["cross_entropy", "REDUCTIONS"]
 
@@ -48,6 +48,21 @@ def check_options(op: str, ignore_index, label_smoothing, lse_square_scale, soft
         raise ValueError(f"{op}: argument 'softcap' must be None or finite and > 0, got {softcap}")
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         raise ValueError(f"{op}: argument 'reduction' must be one of {sorted(REDUCTIONS)}, got {reduction!r}")
+
+
+def check_target_values(target: torch.Tensor, classes: int, ignore_index: int, op: str) -> None:
+    """check_targets=True: every target is ignore_index or in [0, classes). One reduction and one read of it on the
+    host (a synchronisation, hence opt-in); under torch.compile a device-side assert instead, so nothing breaks the
+    graph (on a GPU a failed device assert ends the process's CUDA context: use it eagerly while debugging)."""
+    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if compiling():
+        torch._assert_async(~bad.any(), f"{op}: argument 'target' has a value outside [0, {classes}) that is not "
+                                        f"ignore_index ({ignore_index})")
+        return
+    if bad.any().item():
+        row = int(bad.reshape(-1).nonzero()[0])
+        raise ValueError(f"{op}: argument 'target' has a value outside [0, {classes}) that is not ignore_index "
+                         f"({ignore_index}): target.view(-1)[{row}] = {int(target.reshape(-1)[row])}")
 
 
 def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction):
@@ -175,6 +190,8 @@ class _CrossEntropy(torch.autograd.Function):
             else:
                 loss, z_loss, acc, pred = _fwd_inplace_impl(logits, target, weight, *opts)
             grad = logits  # now holds the gradient; the logits' values are gone
+            # A new version for autograd: whatever saved the logits before now raises instead of reading gradients.
+            ctx.mark_dirty(logits)
         elif compiling():
             loss, z_loss, acc, pred, grad = torch.ops.tigon.cross_entropy_fwd(logits, target, weight, *opts,
                                                                               need_grad)
@@ -182,16 +199,19 @@ class _CrossEntropy(torch.autograd.Function):
             loss, z_loss, acc, pred, grad = _fwd_impl(logits, target, weight, *opts, need_grad)
         if need_grad:
             ctx.save_for_backward(grad)
-        ctx.mark_non_differentiable(z_loss, acc, pred)
+        overwritten = logits if need_grad and in_place else None  # a dirty input must be returned
+        ctx.mark_non_differentiable(*(t for t in (z_loss, acc, pred, overwritten) if t is not None))
         # No zero-filled gradients for z_loss and acc (they have none): two kernel launches less per backward.
         ctx.set_materialize_grads(False)
-        return loss, z_loss, acc, pred
+        return loss, z_loss, acc, pred, overwritten
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_z_loss, grad_acc, grad_pred):
+    def backward(ctx, grad_loss, grad_z_loss, grad_acc, grad_pred, grad_overwritten):
         if not ctx.saved_tensors or grad_loss is None:  # the logits need no gradient, or the loss was not used
             return (None,) * 12
         (grad,) = ctx.saved_tensors
+        # scaled below: a second backward (retain_graph) must raise, not scale it twice
+        torch.autograd.graph.increment_version(grad)
         # The gradient buffer is ours (or the logits', given up by in_place): scale it where it lies.
         if compiling():
             torch.ops.tigon.cross_entropy_scale_(grad, grad_loss)
@@ -204,7 +224,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
                   ignore_index: int = -100, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
                   softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False,
                   return_token_accuracy: bool = False, in_place: bool = False, return_predicted_tokens: bool = False,
-                  use_token_scaling: bool = False):
+                  use_token_scaling: bool = False, check_targets: bool = False):
     """Cross entropy of [N, V] logits (fp32, fp16 or bf16; any row stride) against int64 or int32 targets.
 
     Matches torch.nn.functional.cross_entropy where the options overlap (class weights, ignore_index, label
@@ -220,10 +240,18 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     tokens, each only when asked.
 
     The gradient is computed in the forward when the logits require it. in_place=True writes it over the logits
-    (saves an [N, V] buffer; the logits' values are lost, so do not reuse them). A non-ignored target outside
-    [0, V) raises on the CPU; on a GPU, where checking would synchronise, it makes that row's loss and gradient NaN.
+    (saves an [N, V] buffer; the logits' values are lost, so do not reuse them: read the accuracy through
+    return_token_accuracy). The logits are marked modified, so an op that saved them for its backward raises torch's
+    in-place error instead of using the gradient; a leaf that requires grad is refused. A non-ignored target outside
+    [0, V) raises on the CPU; on a GPU, where checking would synchronise, it makes that row's loss and gradient NaN:
+    check_targets=True checks first (one synchronisation) and raises a ValueError naming 'target' and the first bad
+    row and value.
     """
     _check_args(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction)
+    if in_place:
+        refuse_leaf(logits, "logits", "cross_entropy")
+    if check_targets:
+        check_target_values(target, logits.shape[1], ignore_index, "cross_entropy")
     if weight is not None and weight.dtype != torch.float32:
         weight = weight.float()
     if weight is not None and not weight.is_contiguous():
@@ -231,10 +259,11 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     if not target.is_contiguous():
         target = target.contiguous()
     need_grad = logits.requires_grad and torch.is_grad_enabled()
-    loss, z_loss, acc, pred = _CrossEntropy.apply(logits, target, weight, int(ignore_index), float(label_smoothing),
-                                                  float(lse_square_scale), float(softcap or 0.0),
-                                                  REDUCTIONS[reduction], bool(use_token_scaling),
-                                                  bool(return_predicted_tokens), need_grad, bool(in_place))
+    loss, z_loss, acc, pred, _ = _CrossEntropy.apply(logits, target, weight, int(ignore_index),
+                                                     float(label_smoothing), float(lse_square_scale),
+                                                     float(softcap or 0.0), REDUCTIONS[reduction],
+                                                     bool(use_token_scaling), bool(return_predicted_tokens), need_grad,
+                                                     bool(in_place))
     return with_extras(loss, z_loss, acc, pred, return_z_loss, return_token_accuracy, return_predicted_tokens)
 
 

@@ -20,7 +20,7 @@ import torch
 
 from tigon import _lib
 from tigon.ops._common import FLOAT_DTYPES, compiling, rows_ok
-from tigon.ops.cross_entropy import REDUCTIONS, CrossEntropyParams, check_options, with_extras
+from tigon.ops.cross_entropy import REDUCTIONS, CrossEntropyParams, check_options, check_target_values, with_extras
 
 __all__ = ["fused_linear_cross_entropy", "chunk_plan", "DEFAULT_MEMORY_BUDGET"]
 
@@ -216,6 +216,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             dx, dw, db = _run(x, weight, bias, target, ce_weight, grad_loss, *ctx.opts, False, *ctx.need)[4:]
         else:
             dx, dw, db = ctx.saved_tensors  # ours: scaled where they lie (nothing to do for a grad_output of 1)
+            torch.autograd.graph.increment_version((dx, dw, db))  # a second backward must raise, not rescale
             if compiling():
                 torch.ops.tigon.fused_linear_cross_entropy_scale_(dx, dw, db, grad_loss)
             else:
@@ -241,7 +242,8 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
                                softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False,
                                return_token_accuracy: bool = False, memory_budget: int | None = None,
                                chunk_rows: int | None = None, dw_accumulation: str = "fp32",
-                               return_predicted_tokens: bool = False, use_token_scaling: bool = False):
+                               return_predicted_tokens: bool = False, use_token_scaling: bool = False,
+                               check_targets: bool = False):
     """Cross entropy of the logits x @ weight.T + bias against target, without materialising the logits.
 
     x [..., H] (fp32, fp16 or bf16; any H), weight [V, H] and bias [V] in x's dtype, target x.shape[:-1] of int64 or
@@ -255,10 +257,15 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
     Tokens go through in chunks: as many per chunk as have logits within memory_budget bytes (default 1.5 GiB), or
     exactly chunk_rows. Gradients are summed in fp32; with dw_accumulation="weight" a 16-bit weight's gradient is
     instead accumulated in its own dtype over the chunks (rounded after each; with a single chunk both are the same).
+
+    A target outside [0, V) that is not ignore_index raises on the CPU and gives a NaN loss on a GPU (checking would
+    synchronise); check_targets=True checks first and raises a ValueError naming 'target' and the first bad value.
     """
     x, weight, bias = _autocast(x, weight, bias)
     _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothing, lse_square_scale, softcap,
                 reduction, memory_budget, chunk_rows, dw_accumulation)
+    if check_targets:
+        check_target_values(target, weight.shape[0], ignore_index, "fused_linear_cross_entropy")
     x2 = x.reshape(-1, x.shape[-1])
     if not rows_ok(x2):
         x2 = x2.contiguous()

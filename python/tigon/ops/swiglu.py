@@ -16,7 +16,7 @@ import math
 import torch
 
 from tigon import _lib
-from tigon.ops._common import FLOAT_DTYPES, check_row_layout, compiling, rows_ok
+from tigon.ops._common import FLOAT_DTYPES, check_row_layout, compiling, refuse_leaf, rows_ok
 
 __all__ = ["swiglu", "geglu", "swiglu_fused", "geglu_fused", "ACTIVATIONS"]
 
@@ -59,6 +59,9 @@ def _check_pair(a, b, in_place, op: str) -> None:
     if b.shape != a.shape:
         raise ValueError(f"{op}: argument 'b' must have a's shape {tuple(a.shape)}, got {tuple(b.shape)}")
     _check_in_place(in_place, op)
+    if in_place:
+        refuse_leaf(a, "a", op)
+        refuse_leaf(b, "b", op)
     # data pointers are not traceable: under torch.compile only the same tensor object is caught
     if in_place and (a is b or (not compiling() and a.numel() and a.data_ptr() == b.data_ptr())):
         raise ValueError(f"{op}: argument 'in_place' needs a and b in separate memory (da and db are written over "
@@ -71,6 +74,8 @@ def _check_gate_up(gate_up, in_place, op: str) -> None:
         raise ValueError(f"{op}: argument 'gate_up' needs an even last dimension (gate and up halves), got shape "
                          f"{tuple(gate_up.shape)}")
     _check_in_place(in_place, op)
+    if in_place:
+        refuse_leaf(gate_up, "gate_up", op)
 
 
 def _check_in_place(in_place, op: str) -> None:
@@ -206,6 +211,12 @@ def _grad_rows(dc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return dc if dc.numel() == 0 or rows_ok(dc) else dc.contiguous()
 
 
+def _overwritten(*ts: torch.Tensor) -> None:
+    # New versions for autograd: another op that saved a, b (e.g. exp(x) saves its output) now raises torch's
+    # in-place error instead of reading gradients (under torch.compile too: its backward trace then fails).
+    torch.autograd.graph.increment_version(ts)
+
+
 class _GLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, act, in_place, gate=1.0, down=1.0):
@@ -223,6 +234,7 @@ class _GLU(torch.autograd.Function):
                 torch.ops.tigon.swiglu_bwd_(dc, a, b, ctx.act, *ctx.mult)
             else:
                 _bwd_inplace_impl(dc, a, b, ctx.act, *ctx.mult)
+            _overwritten(a, b)
             da, db = a, b
         elif compiling():
             da, db = torch.ops.tigon.swiglu_bwd(dc, a, b, ctx.act, *ctx.mult)
@@ -251,6 +263,7 @@ class _FusedGLU(torch.autograd.Function):
                 torch.ops.tigon.swiglu_fused_bwd_(dc, gate_up, ctx.act, *ctx.mult)
             else:
                 _fused_bwd_inplace_impl(dc, gate_up, ctx.act, *ctx.mult)
+            _overwritten(gate_up)
             dgate_up = gate_up
         elif compiling():
             dgate_up = torch.ops.tigon.swiglu_fused_bwd(dc, gate_up, ctx.act, *ctx.mult)
@@ -266,7 +279,8 @@ def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False, gate_multip
     """SwiGLU: ``F.silu(a) * b`` in one kernel, fp32 math rounded to the dtype where that expression rounds (silu(a),
     then the product), so it matches Hugging Face's MLP bit for bit but for fp32 ulps. a and b: [..., I], same shape
     and dtype (fp32/fp16/bf16), last dimension contiguous, rows of any stride; CPU or CUDA. in_place=True writes the
-    gradients over a and b in backward (leave it off when a or b is used elsewhere, e.g. a leaf tensor).
+    gradients over a and b in backward (leave it off when a or b is read after the backward): an op that saved a or b
+    for its own backward then raises torch's in-place error, and a leaf that requires grad is refused.
     gate_multiplier g and down_multiplier d (Falcon-H1's mlp_multipliers): ``F.silu(a * g) * b * d``."""
     mult = _check_multipliers(gate_multiplier, down_multiplier, "swiglu")
     _check_pair(a, b, in_place, "swiglu")

@@ -6,14 +6,16 @@
     model = tigon.transformers.AutoTigonForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B")
 
 apply_tigon_to_<family>(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True,
-model=None, geglu=None): without model, rebinds the family's RMSNorm, MLP and apply_rotary_pos_emb in its
-transformers modeling module (and its MoE experts' gate and its ForCausalLM.forward), so build the model afterwards
+model=None, geglu=None, check_targets=False): without model, rebinds the family's RMSNorm, MLP and
+apply_rotary_pos_emb in its transformers modeling module (and its MoE experts' gate and its ForCausalLM.forward), so build the model afterwards
 (RoPE, the experts' gate and the loss are looked up at call time: they switch for models already built too); with
 model=, replaces that model's modules in place (same parameters, same state dict) and reroutes its RoPE and loss
 only. swiglu switches the family's gated MLP, whatever its activation (geglu= is the same switch under Gemma's
 name). fused_linear_cross_entropy: the loss in training with labels skips the logits (returned as None);
 cross_entropy: Tigon's cross entropy on the logits where they are computed (eval with labels, or instead of the
-fused loss). revert() undoes the class-level patches.
+fused loss). check_targets=True validates the labels first (one synchronisation per step; an out-of-range label
+otherwise gives a NaN loss on a GPU). revert() undoes the class-level patches. What was replaced is logged at INFO
+on the "tigon.transformers" logger.
 """
 
 try:
@@ -31,8 +33,10 @@ SUPPORTED_MODEL_TYPES = tuple(sorted(BY_MODEL_TYPE))
 
 def _entry(name: str):
     def apply_tigon(rope: bool = True, rms_norm: bool = True, swiglu: bool = True, cross_entropy: bool = False,
-                    fused_linear_cross_entropy: bool = True, model=None, geglu: bool | None = None):
-        return apply(name, rope, rms_norm, swiglu, cross_entropy, fused_linear_cross_entropy, model, geglu)
+                    fused_linear_cross_entropy: bool = True, model=None, geglu: bool | None = None,
+                    check_targets: bool = False):
+        return apply(name, rope, rms_norm, swiglu, cross_entropy, fused_linear_cross_entropy, model, geglu,
+                     check_targets)
 
     apply_tigon.__name__ = apply_tigon.__qualname__ = f"apply_tigon_to_{name}"
     apply_tigon.__doc__ = (f"Tigon for transformers' {FAMILIES[name].prefix} models: class level without model=, "
@@ -53,5 +57,12 @@ apply_tigon_to_phi3 = _entry("phi3")
 apply_tigon_to_olmo2 = _entry("olmo2")
 apply_tigon_to_granite = _entry("granite")
 
-__all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "patch", "revert"] + [f"apply_tigon_to_{n}"
+__all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "TigonCallback", "patch", "revert"] + [f"apply_tigon_to_{n}"
                                                                                 for n in FAMILIES]
+
+
+def __getattr__(name: str):
+    if name == "TigonCallback":  # imported on use: transformers' trainer modules are heavier than the models'
+        from tigon.transformers.trainer import TigonCallback
+        return TigonCallback
+    raise AttributeError(f"module 'tigon.transformers' has no attribute {name!r}")

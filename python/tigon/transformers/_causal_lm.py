@@ -50,7 +50,7 @@ def _divide(loss, num_items_in_batch):
 
 
 def fused_loss(model, family: Family, hidden: torch.Tensor, labels, num_items_in_batch=None, ignore_index=-100,
-               shift_labels=None, **_) -> torch.Tensor:
+               shift_labels=None, check_targets=False, **_) -> torch.Tensor:
     """ForCausalLMLoss(lm_head(hidden) [softcapped / scaled as the family does], labels) without the logits."""
     target = _shifted_targets(labels, hidden.device, ignore_index, shift_labels)
     x = hidden.reshape(-1, hidden.shape[-1])
@@ -61,17 +61,18 @@ def fused_loss(model, family: Family, hidden: torch.Tensor, labels, num_items_in
     weight, bias = model.lm_head.weight, model.lm_head.bias
     reduction = "mean" if num_items_in_batch is None else "sum"
     loss = fused_linear_cross_entropy(x, weight, target, bias, ignore_index=ignore_index, softcap=softcap,
-                                      reduction=reduction)
+                                      reduction=reduction, check_targets=check_targets)
     return loss if num_items_in_batch is None else _divide(loss, num_items_in_batch)
 
 
 def logits_loss(logits: torch.Tensor, labels, num_items_in_batch=None, ignore_index=-100, shift_labels=None,
-                **_) -> torch.Tensor:
+                check_targets=False, **_) -> torch.Tensor:
     """ForCausalLMLoss on materialised logits with Tigon's cross entropy (fp32 math on logits of any float dtype,
     so no fp32 copy of them; not in place: the logits go back to the caller)."""
     target = _shifted_targets(labels, logits.device, ignore_index, shift_labels)
     reduction = "mean" if num_items_in_batch is None else "sum"
-    loss = cross_entropy(logits.reshape(-1, logits.shape[-1]), target, ignore_index=ignore_index, reduction=reduction)
+    loss = cross_entropy(logits.reshape(-1, logits.shape[-1]), target, ignore_index=ignore_index, reduction=reduction,
+                         check_targets=check_targets)
     return loss if num_items_in_batch is None else _divide(loss, num_items_in_batch)
 
 
@@ -105,7 +106,7 @@ def _finish(model, out, return_dict):
     return out if return_dict else out.to_tuple()
 
 
-def _fused_forward(model, family: Family, balance, kwargs: dict):
+def _fused_forward(model, family: Family, balance, kwargs: dict, check_targets: bool):
     return_dict = kwargs.pop("return_dict", None)
     labels = kwargs.pop("labels")
     logits_to_keep = kwargs.pop("logits_to_keep", 0)
@@ -114,7 +115,7 @@ def _fused_forward(model, family: Family, balance, kwargs: dict):
         kwargs["output_router_logits"] = model.config.output_router_logits if router is None else router
     outputs = model.model(**kwargs)  # the loss kwargs go along, as transformers passes them
     hidden = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
-    loss = fused_loss(model, family, hidden, labels, **kwargs)
+    loss = fused_loss(model, family, hidden, labels, check_targets=check_targets, **kwargs)
     if not family.experts:
         return _finish(model, _output(CausalLMOutputWithPast, outputs, loss=loss, logits=None), return_dict)
     aux_loss = None
@@ -126,11 +127,11 @@ def _fused_forward(model, family: Family, balance, kwargs: dict):
     return _finish(model, out, return_dict)
 
 
-def _ce_forward(model, original, kwargs: dict):
+def _ce_forward(model, original, kwargs: dict, check_targets: bool):
     return_dict = kwargs.pop("return_dict", None)
     labels = kwargs.pop("labels")
     out = original(model, return_dict=True, **kwargs)  # logits (softcapped / scaled) and aux_loss, no loss
-    loss = logits_loss(out.logits, labels, **kwargs)
+    loss = logits_loss(out.logits, labels, check_targets=check_targets, **kwargs)
     if getattr(out, "aux_loss", None) is not None:
         loss = loss + model.router_aux_loss_coef * out.aux_loss.to(loss.device)
     fields = dict(out.items())
@@ -138,9 +139,10 @@ def _ce_forward(model, original, kwargs: dict):
     return _finish(model, type(out)(**fields), return_dict)
 
 
-def make_forward(original, family: Family, fused: bool, ce: bool):
+def make_forward(original, family: Family, fused: bool, ce: bool, check_targets: bool = False):
     """A <Family>ForCausalLM.forward routing the loss through Tigon (fused: linear + CE in training; ce: Tigon's
-    cross entropy on the logits otherwise); transformers' forward for everything it does not cover."""
+    cross entropy on the logits otherwise; check_targets: labels validated first, one synchronisation per step);
+    transformers' forward for everything it does not cover."""
     original = getattr(original, "_tigon_original", original)
     params = list(inspect.signature(original).parameters.values())[1:]
     # the MoE families' router load-balancing loss, from their own modeling module
@@ -155,9 +157,9 @@ def make_forward(original, family: Family, fused: bool, ce: bool):
         if kwargs.get("labels") is None or not _hf_loss(self):
             return original(self, **kwargs)
         if fused and self.training and _fusable(self):
-            return _fused_forward(self, family, balance, kwargs)
+            return _fused_forward(self, family, balance, kwargs, check_targets)
         if ce:
-            return _ce_forward(self, original, kwargs)
+            return _ce_forward(self, original, kwargs, check_targets)
         return original(self, **kwargs)
 
     forward._tigon_original = original

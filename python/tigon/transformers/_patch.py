@@ -6,6 +6,7 @@ modeling module is ever rebound."""
 from __future__ import annotations
 
 import importlib
+import logging
 import types
 import warnings
 
@@ -15,6 +16,8 @@ from tigon.transformers._causal_lm import make_forward
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
 from tigon.transformers._modules import activation_of, apply_rotary_pos_emb, experts_gate, mlp_class, norm_class
 
+log = logging.getLogger("tigon.transformers")
+OPTIONS = ("rope", "rms_norm", "swiglu", "geglu", "cross_entropy", "fused_linear_cross_entropy", "check_targets")
 _MISSING = object()
 _saved: dict[str, dict[tuple, object]] = {}  # family name -> {(owner, attribute): what it was before Tigon}
 
@@ -32,6 +35,9 @@ def _set(family: Family, owner, attr: str, value) -> None:
 def revert(family: str | None = None) -> None:
     """Undoes the class-level patches of one family (or all): the modeling modules get transformers' own names back.
     Models built while patched keep their Tigon modules; instance-level patches are not undone."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"revert: argument 'family' must be None (every family) or one of {sorted(FAMILIES)}, got "
+                         f"{family!r}")
     for name in [family] if family else list(_saved):
         for (owner, attr), value in _saved.pop(name, {}).items():
             if value is _MISSING:
@@ -44,7 +50,9 @@ def _gated(family: Family, swiglu: bool) -> bool:
     return swiglu and (family.mlp is not None or family.experts)
 
 
-def apply_class(family: Family, rope: bool, rms_norm: bool, swiglu: bool, ce: bool, flce: bool) -> None:
+def apply_class(family: Family, rope: bool, rms_norm: bool, swiglu: bool, ce: bool, flce: bool,
+                check_targets: bool = False) -> list[str]:
+    """Rebinds names in the family's modeling module; returns them (module.Name or module.Class.method)."""
     revert(family.name)  # each call states the whole patch: options left off are transformers' again
     mod = importlib.import_module(family.module)
     p = family.prefix
@@ -59,7 +67,9 @@ def apply_class(family: Family, rope: bool, rms_norm: bool, swiglu: bool, ce: bo
         _set(family, mod, "apply_rotary_pos_emb", apply_rotary_pos_emb)
     if ce or flce:
         lm = getattr(mod, f"{p}ForCausalLM")
-        _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce))
+        _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce, check_targets))
+    return [f"{family.module}.{attr if owner is mod else owner.__name__ + '.' + attr}"
+            for owner, attr in _saved.get(family.name, {})]
 
 
 # ---- instance level ---------------------------------------------------------------------------------------------------
@@ -119,7 +129,7 @@ def _new_mlp(old: torch.nn.Module, family: Family, config) -> torch.nn.Module | 
 
 
 def apply_instance(family: Family, model: torch.nn.Module, rope: bool, rms_norm: bool, swiglu: bool, ce: bool,
-                   flce: bool) -> dict:
+                   flce: bool, check_targets: bool = False) -> dict:
     """Patches one built model in place; returns how many modules of each kind were replaced or rerouted."""
     mod = importlib.import_module(family.module)
     p = family.prefix
@@ -150,7 +160,7 @@ def apply_instance(family: Family, model: torch.nn.Module, rope: bool, rms_norm:
             m.forward = types.MethodType(forward, m)
             counts["rope"] += 1
     if (ce or flce) and isinstance(model, getattr(mod, f"{p}ForCausalLM")):
-        model.forward = types.MethodType(make_forward(type(model).forward, family, flce, ce), model)
+        model.forward = types.MethodType(make_forward(type(model).forward, family, flce, ce, check_targets), model)
         counts["loss"] = 1
     return counts
 
@@ -158,16 +168,35 @@ def apply_instance(family: Family, model: torch.nn.Module, rope: bool, rms_norm:
 # ---- the public entry points ----------------------------------------------------------------------------------------
 
 def apply(name: str, rope: bool = True, rms_norm: bool = True, swiglu: bool = True, cross_entropy: bool = False,
-          fused_linear_cross_entropy: bool = True, model: torch.nn.Module | None = None, geglu: bool | None = None):
+          fused_linear_cross_entropy: bool = True, model: torch.nn.Module | None = None, geglu: bool | None = None,
+          check_targets: bool = False):
+    """apply_tigon_to_<name>: class level without model (returns the names rebound), else instance level (returns
+    model, with what was replaced in model.tigon_patched)."""
+    entry = f"apply_tigon_to_{name}"
+    flags = dict(rope=rope, rms_norm=rms_norm, swiglu=swiglu, cross_entropy=cross_entropy,
+                 fused_linear_cross_entropy=fused_linear_cross_entropy, check_targets=check_targets)
+    for arg, value in list(flags.items()) + ([("geglu", geglu)] if geglu is not None else []):
+        if not isinstance(value, bool):
+            raise TypeError(f"{entry}: argument '{arg}' must be a bool, got {value!r}")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{entry}: argument 'model' must be a built model (a torch.nn.Module) or None for the class-"
+                        f"level patch, got {type(model).__name__} {model!r}")
     family = FAMILIES[name]
     gated = _gated(family, swiglu if geglu is None else geglu)
     if model is None:
-        apply_class(family, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy)
-        return None
-    counts = apply_instance(family, unwrap(model), rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy)
+        names = apply_class(family, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy, check_targets)
+        log.info("tigon: %s rebound %s", entry, ", ".join(names) or "nothing")
+        return names
+    base = unwrap(model)
+    counts = apply_instance(family, base, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy,
+                            check_targets)
     if not any(counts.values()) and (rope or rms_norm or gated or cross_entropy or fused_linear_cross_entropy):
         warnings.warn(f"tigon: found no modules of transformers' {family.module} in this model (remote code, or "
                       f"another family?); nothing was patched", stacklevel=3)
+    replaced = {kind: n for kind, n in counts.items() if n}
+    base.tigon_patched = replaced  # on the transformers model: wrappers (PEFT, DDP) pass attribute reads to it
+    log.info("tigon: %s replaced in %s: %s", entry, type(base).__name__,
+             ", ".join(f"{n} {kind}" for kind, n in replaced.items()) or "nothing")
     return model
 
 
@@ -191,8 +220,18 @@ def unwrap(model):
 
 def patch(model, **options):
     """Instance-level patch of a built model, its family read from model.config.model_type (PEFT and other wrappers
-    are looked through). An unsupported model type warns and returns the model untouched. Returns model."""
+    are looked through); options as apply_tigon_to_<family>'s (rope, rms_norm, swiglu, geglu, cross_entropy,
+    fused_linear_cross_entropy, check_targets). An unsupported model type warns and returns the model untouched.
+    Returns model; what was replaced ({kind: count}) is logged at INFO on the "tigon.transformers" logger and kept in
+    model.tigon_patched."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"patch: unexpected option {unknown[0]!r} (options: {', '.join(OPTIONS)})")
+    from transformers import PreTrainedModel
     base = unwrap(model)
+    if not isinstance(base, PreTrainedModel):
+        raise TypeError(f"patch: argument 'model' must be a transformers model (a PreTrainedModel, or a PEFT / DDP / "
+                        f"torch.compile wrapper of one), got {type(model).__name__}")
     model_type = getattr(getattr(base, "config", None), "model_type", None)
     family = BY_MODEL_TYPE.get(model_type)
     if family is None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-OPTIONS = ("rope", "rms_norm", "swiglu", "geglu", "cross_entropy", "fused_linear_cross_entropy")
+from tigon.transformers._patch import OPTIONS
 
 
 class AutoTigonForCausalLM:
     """``AutoTigonForCausalLM.from_pretrained(name, **kwargs)`` loads as AutoModelForCausalLM does and patches the
     loaded model (instance level: nothing process-wide changes). Tigon's options (rope=, rms_norm=, swiglu=/geglu=,
-    cross_entropy=, fused_linear_cross_entropy=) are taken out of kwargs; the rest go to transformers. A model type
-    Tigon does not support loads unpatched, with a warning."""
+    cross_entropy=, fused_linear_cross_entropy=, check_targets=) are taken out of kwargs; the rest go to
+    transformers. A model type Tigon does not support loads unpatched, with a warning."""
 
     def __init__(self, *args, **kwargs):
         raise EnvironmentError("AutoTigonForCausalLM is built with from_pretrained() or from_config()")

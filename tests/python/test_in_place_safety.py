@@ -1,0 +1,165 @@
+"""The in_place options tell autograd what they overwrite: an op that saved the overwritten tensor raises torch's
+in-place error instead of computing a wrong gradient, a leaf that requires grad is refused, a second backward over
+a buffer scaled in place raises, and the ordinary case (nobody else needs the buffer) still runs in eager mode and
+under torch.compile."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import DEVICES
+from tigon.nn import CrossEntropyLoss
+from tigon.ops import cross_entropy, fused_linear_cross_entropy, layer_norm, rms_norm, rope
+from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
+from tolerances import assert_close
+
+IN_PLACE_ERROR = "modified by an inplace operation"
+
+
+def logits_and_target(n, v, device):
+    return torch.randn(n, v, device=device, requires_grad=True), torch.randint(0, v, (n,), device=device)
+
+
+# ---- cross entropy (the gradient written over the logits in the forward) -------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_over_logits_an_op_saved_raises(device):
+    z, t = logits_and_target(8, 32, device)
+    logits = z.exp()  # exp saves its output for the backward: these very logits
+    loss = cross_entropy(logits, t, in_place=True)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_refuses_a_leaf_in_place(device):
+    x, t = logits_and_target(4, 16, device)
+    before = x.detach().clone()
+    with pytest.raises(ValueError, match="'logits' is a leaf"):
+        cross_entropy(x, t, in_place=True)
+    with pytest.raises(ValueError, match="'logits' is a leaf"):
+        CrossEntropyLoss(in_place=True)(x, t)
+    assert torch.equal(x.detach(), before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_cross_entropy_second_backward_raises(device, in_place):
+    # the backward scales its gradient buffer in place: a second pass over it would scale it twice
+    x, t = logits_and_target(6, 16, device)
+    loss = cross_entropy(x * 1, t, in_place=in_place, reduction="sum") * 3.0
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_linear_cross_entropy_second_backward_raises(device):
+    x, t = logits_and_target(6, 16, device)
+    w = torch.randn(24, 16, device=device, requires_grad=True)
+    loss = fused_linear_cross_entropy(x, w, t.clamp(max=23)) * 3.0
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_module_leaves_the_logits_alone_by_default(device):
+    # softmax and argmax read after the loss, as a training loop's metrics do: right values and gradients
+    x, t = logits_and_target(16, 24, device)
+    t[:8] = x.detach()[:8].argmax(-1)
+    grads, accs = [], []
+    for loss_fn in (CrossEntropyLoss(), torch.nn.CrossEntropyLoss()):
+        logits = x * 1
+        loss = loss_fn(logits, t)
+        accs.append((logits.argmax(-1) == t).float().mean())
+        loss = loss + (logits.softmax(-1) * torch.arange(24.0, device=device)).sum()
+        grads.append(torch.autograd.grad(loss, x)[0])
+    assert accs[0] == accs[1] and accs[0] >= 0.5
+    assert_close(grads[0], grads[1].double(), name="dx with softmax after the loss")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_in_place_under_compile(device):
+    x, t = logits_and_target(8, 64, device)
+
+    def step(z):
+        return cross_entropy(z * 2.0, t, in_place=True)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    (got,) = torch.autograd.grad(compiled(x), x)
+    (ref,) = torch.autograd.grad(F.cross_entropy(x.double() * 2.0, t), x)
+    assert_close(got, ref, name="dx compiled")
+
+
+# ---- gated activations (da, db written over a, b in the backward) -------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["swiglu", "geglu", "swiglu_fused", "geglu_fused"])
+def test_glu_over_inputs_an_op_saved_raises(device, kind):
+    x = torch.randn(4, 32, device=device, requires_grad=True)
+    up = torch.randn(4, 32, device=device, requires_grad=True) * 1
+    gate = x.exp()  # exp saves its output: the gate the backward overwrites
+    if kind.endswith("fused"):
+        gate_up = torch.cat([x, up], -1).exp()  # one saved tensor, overwritten as a whole
+        out = (swiglu_fused if kind == "swiglu_fused" else geglu_fused)(gate_up, in_place=True)
+    else:
+        out = (swiglu if kind == "swiglu" else geglu)(gate, up, in_place=True)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["swiglu", "geglu", "swiglu_fused", "geglu_fused"])
+def test_glu_refuses_a_leaf_in_place(device, kind):
+    a = torch.randn(4, 32, device=device, requires_grad=True)
+    b = torch.randn(4, 32, device=device) * 1
+    arg = "gate_up" if kind.endswith("fused") else "a"
+    with pytest.raises(ValueError, match=f"'{arg}' is a leaf"):
+        if kind.endswith("fused"):
+            (swiglu_fused if kind == "swiglu_fused" else geglu_fused)(a, in_place=True)
+        else:
+            (swiglu if kind == "swiglu" else geglu)(a, b, in_place=True)
+    with torch.no_grad():  # nothing is written without a backward: allowed
+        swiglu(a, b, in_place=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_glu_second_backward_raises(device):
+    a = torch.randn(4, 32, device=device, requires_grad=True)
+    b = torch.randn(4, 32, device=device, requires_grad=True)
+    out = swiglu(a * 1, b * 1, in_place=True).sum()
+    out.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        out.backward()
+
+
+# ---- norms and RoPE (the input gradient written over the output gradient in the backward) -------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "rope"])
+def test_output_gradient_an_op_saved_raises(device, op):
+    x = torch.randn(2, 2, 4, 8, device=device, requires_grad=True)
+    w = torch.ones(8, device=device, requires_grad=True)
+    if op == "rope":
+        cos, sin = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
+        y = torch.cat(rope(x * 1, x * 2, cos, sin, in_place=True))  # dq, dk: views of one output gradient
+    else:
+        y = (rms_norm if op == "rms_norm" else layer_norm)(x, w, in_place=True)
+    s = torch.randn(y.shape, device=device, requires_grad=True)
+    dy = s.exp()  # an output gradient that exp saved: the backward writes dx over it
+    torch.autograd.grad(y, x, dy)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        dy.sum().backward()
+
+
+@pytest.mark.parametrize("op", ["swiglu", "cross_entropy"])
+def test_under_compile_an_op_that_saved_the_buffer_still_raises(op):
+    # CPU (aot_eager): the backward is traced when compiled, so the error comes then, never a wrong gradient
+    x, t = logits_and_target(4, 16, "cpu")
+    if op == "swiglu":
+        fn = lambda z: swiglu(z.exp(), z * 2, in_place=True).sum()  # noqa: E731
+    else:
+        fn = lambda z: cross_entropy(z.exp(), t, in_place=True)  # noqa: E731
+    with pytest.raises(Exception, match=IN_PLACE_ERROR):
+        torch.autograd.grad(torch.compile(fn, fullgraph=True, backend="aot_eager")(x), x)

@@ -1,0 +1,125 @@
+"""The patching API's edges: wrong arguments get a TypeError / ValueError naming them, patch() reports what it
+replaced (logging at INFO, model.tigon_patched), check_targets reaches the patched loss, and TigonCallback patches a
+transformers.Trainer's model, whose losses under gradient accumulation then match the unpatched Trainer's (CPU, a
+tiny random Llama, no downloads)."""
+
+import logging
+
+import pytest
+import torch
+
+from tolerances import assert_close
+
+transformers = pytest.importorskip("transformers")
+import tigon.transformers as tt  # noqa: E402
+from test_transformers import build, make_batch  # noqa: E402
+from tigon.nn import FusedLinearCrossEntropyLoss  # noqa: E402
+
+
+def test_patch_refuses_an_unknown_option():
+    with pytest.raises(TypeError, match="unexpected option 'flash'"):
+        tt.patch(build("llama"), flash=True)
+    with pytest.raises(TypeError, match="'rope' must be a bool"):
+        tt.patch(build("llama"), rope="yes")
+
+
+def test_apply_refuses_a_model_that_is_not_a_module():
+    with pytest.raises(TypeError, match="argument 'model' must be a built model"):
+        tt.apply_tigon_to_llama(model="llama")
+
+
+def test_patch_refuses_what_is_not_a_transformers_model():
+    with pytest.raises(TypeError, match="argument 'model' must be a transformers model"):
+        tt.patch(torch.nn.Linear(2, 2))
+
+
+def test_revert_refuses_an_unknown_family():
+    with pytest.raises(ValueError, match="argument 'family'.*'nonexistent'"):
+        tt.revert("nonexistent")
+    tt.revert("llama")  # a known family that is not patched: nothing to do
+
+
+def test_patch_reports_what_it_replaced(caplog):
+    model = build("llama")
+    with caplog.at_level(logging.INFO, logger="tigon.transformers"):
+        assert tt.patch(model) is model
+    n = model.config.num_hidden_layers
+    assert model.tigon_patched == {"rms_norm": 2 * n + 1, "mlp": n, "rope": n, "loss": 1}
+    assert "LlamaForCausalLM" in caplog.text and f"{n} mlp" in caplog.text
+
+
+def test_class_level_patch_returns_the_names_it_rebound(caplog):
+    try:
+        with caplog.at_level(logging.INFO, logger="tigon.transformers"):
+            names = tt.apply_tigon_to_llama()
+        module = "transformers.models.llama.modeling_llama"
+        assert set(names) == {f"{module}.LlamaRMSNorm", f"{module}.LlamaMLP", f"{module}.apply_rotary_pos_emb",
+                              f"{module}.LlamaForCausalLM.forward"}
+        assert "LlamaRMSNorm" in caplog.text
+    finally:
+        tt.revert()
+
+
+def test_fused_loss_module_names_swapped_arguments():
+    hidden, weight = torch.randn(6, 16), torch.randn(40, 16)
+    target = torch.randint(0, 40, (6,))
+    with pytest.raises(ValueError, match="'lin_weight'.*lm_head.weight, hidden, target"):
+        FusedLinearCrossEntropyLoss()(hidden, weight, target)  # torch's order
+    FusedLinearCrossEntropyLoss()(weight, hidden, target)
+
+
+@pytest.mark.parametrize("loss", ["fused", "cross_entropy"])
+def test_check_targets_reaches_the_patched_loss(loss):
+    model = build("llama")
+    flags = dict(fused_linear_cross_entropy=loss == "fused", cross_entropy=loss == "cross_entropy")
+    tt.patch(model, check_targets=True, **flags)
+    ids, labels = make_batch(model.config)
+    model(input_ids=ids, labels=labels).loss.backward()
+    labels[1, 5] = model.config.vocab_size + 3
+    with pytest.raises(ValueError, match=f"'target'.*= {model.config.vocab_size + 3}"):
+        model(input_ids=ids, labels=labels)
+
+
+# ---- the Trainer switch -------------------------------------------------------------------------------------------
+
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, config, n=8):
+        self.rows = []
+        for i in range(n):
+            ids, labels = make_batch(config, seed=10 + i)
+            labels[:, : i % 5] = -100  # different token counts per row: num_items_in_batch matters
+            self.rows.append(dict(input_ids=ids[0], labels=labels[0]))
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+def _train(tmp_path, callbacks):
+    model = build("llama")
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=3,
+        learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0,
+        dataloader_num_workers=0, disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=_Rows(model.config), callbacks=callbacks)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return model, torch.tensor(losses, dtype=torch.float64)
+
+
+def test_trainer_callback_matches_the_unpatched_trainer(tmp_path):
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate (pip install '.[test]')")
+    ref_model, ref = _train(tmp_path / "ref", [])
+    model, got = _train(tmp_path / "tigon", [tt.TigonCallback()])
+    assert model.tigon_patched["loss"] == 1 and type(model.model.norm).__name__.startswith("Tigon")
+    assert len(got) == 3
+    assert_close(got.float(), ref, name="Trainer losses")
+    for (name, p), p_ref in zip(model.named_parameters(), ref_model.parameters()):
+        assert_close(p.detach(), p_ref.detach().double(), name=name)
+
+
+def test_trainer_callback_refuses_an_unknown_option():
+    with pytest.raises(TypeError, match="unexpected option 'flash'"):
+        tt.TigonCallback(flash=True)
