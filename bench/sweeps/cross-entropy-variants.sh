@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cross entropy row-kernel arrangements side by side in one process (bf16 8192 x 128256, gradient over the logits):
 # single call, steady state on fresh logits, and the loss-only read. docs/performance/cross-entropy.md has the results.
-#   bash bench/sweeps/cross-entropy-variants.sh [variant ...]     e.g. cluster cluster7-t128 classic
-#   SHAPES="8192x151936:cluster cluster7-t128;4096x65536:cluster" for other vocabularies
+#   bash bench/sweeps/cross-entropy-variants.sh [variant ...]     e.g. cluster cluster7 classic
+#   SHAPES="8192x151936:cluster cluster7;4096x65536:cluster" for other vocabularies
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 rc=0

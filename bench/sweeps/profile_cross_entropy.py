@@ -4,9 +4,7 @@ against the bytes of one read and one write of the logits. Also for Nsight Compu
 `ncu -k regex:"rows_kernel" python3 bench/sweeps/profile_cross_entropy.py --reps 1 cluster classic`.
 
     python3 bench/sweeps/profile_cross_entropy.py [--shape 8192x128256] [--reps 50] [--loss-only] [variant ...]
-Variants: cluster (the launcher's plan), cluster<N> (N = 1-8 blocks per row), either with -t<threads> (threads per
-block), -a<N> / -p<N> (slices a multiple of N vectors / N vectors added: cluster7-t128-a8), -h<H> (the L2 hints of
-the row's read and the gradient's stores, kern::store_grad: cluster-h8 is the evict_first read used before), classic.
+Variants: cluster (the library's plan), cluster<N> (the cluster kernel, N = 1-8 blocks per row), classic.
 --loss-only times the forward without a gradient (one read of the logits; the bytes are those of the read).
 --ignore-every N: every Nth target is ignore_index (default 17, as in the benchmark; 0: none).
 --steady also times back-to-back calls in one CUDA graph on rotated input copies (the benchmark's steady device time,

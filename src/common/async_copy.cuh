@@ -38,7 +38,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 }
 
 // L2 eviction policies for cache-hinted accesses: evict_first for bytes read for the last time; evict_normal and
-// evict_last for measurements (the cross entropy row kernel's -h knob).
+// evict_last for the micro-benchmarks (bench/micro).
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));

@@ -131,14 +131,6 @@ struct Packed {
   __device__ __forceinline__ float operator[](int j) const { return to_f<T>(reinterpret_cast<const T*>(u)[j]); }
 };
 
-// Asks the copy engine to bring `bytes` (a multiple of 16) of global memory at p (16-byte aligned) into L2: no
-// registers, no wait, a hint only. Lets a register-bound kernel have more bytes in flight than it holds.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // The SFU's approximate 2^x and 1/x (one MUFU instruction each, within 2 ulp of fp32; denormals flushed). For math

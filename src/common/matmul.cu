@@ -2,15 +2,10 @@
 
 #include <cublasLt.h>
 
-#include <algorithm>
 #include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 
 #include "common/cuda_check.h"
-#include "common/env.h"
 #include "common/error.h"
 
 #define TIGON_CUBLAS_CHECK(call)                                                                   \
@@ -42,37 +37,8 @@ uint32_t alignment(const void* p, int64_t ld_bytes = 0) {
   return a;
 }
 
-// TIGON_MATMUL_ALGO (read once; for measuring): which of cuBLASLt's heuristic candidates a product takes. "i" for
-// every product, or per transpose pattern in cuBLAS's column-major terms, "TN:i,NN:j,NT:k" (patterns not named keep
-// the library's choice). Fused linear + CE's three products are one pattern each: logits TN, dX NN, dW NT.
-// -1: not given.
+// How many of cuBLASLt's heuristic candidates choose() looks at.
 constexpr int kMaxCandidates = 8;
-int algo_index(bool trans_a, bool trans_b) {
-  static const std::array<int, 4> by_pattern = [] {  // [trans_a * 2 + trans_b]
-    std::array<int, 4> idx{-1, -1, -1, -1};
-    const char* e = std::getenv("TIGON_MATMUL_ALGO");
-    if (e == nullptr || *e == 0) return idx;
-    if (std::strchr(e, ':') == nullptr) {
-      idx.fill(std::max(0, std::atoi(e)));
-      return idx;
-    }
-    for (const char* p = e; *p;) {  // "XY:i" items separated by commas; a malformed item is skipped
-      if ((p[0] == 'N' || p[0] == 'T') && (p[1] == 'N' || p[1] == 'T') && p[2] == ':')
-        idx[(p[0] == 'T') * 2 + (p[1] == 'T')] = std::max(0, std::atoi(p + 3));
-      const char* comma = std::strchr(p, ',');
-      if (comma == nullptr) break;
-      p = comma + 1;
-    }
-    return idx;
-  }();
-  return by_pattern[trans_a * 2 + trans_b];
-}
-
-// TIGON_MATMUL_LOG=1 (read once): each new plan's choice on stderr (candidate, tile, stages, cluster shape ids).
-bool log_plans() {
-  static const bool on = env_int("TIGON_MATMUL_LOG") == 1;
-  return on;
-}
 
 int32_t tile_of(const cublasLtMatmulAlgo_t& algo) {
   int32_t tile = -1;
@@ -83,13 +49,11 @@ int32_t tile_of(const cublasLtMatmulAlgo_t& algo) {
 
 // Which of the heuristic's candidates a product takes. The first, except where a measurement says otherwise:
 //  - A product into an fp32 D (fused linear + CE's dW, written over the first token chunk and added into, beta = 1,
-//    over the rest) takes the first candidate with 256 x 128 tiles. On the H200, at 16384 x 4096 x 128256 in
+//    over the rest) takes the first candidate with 256 x 128 tiles. On an H200, at 16384 x 4096 x 128256 in
 //    5462-token chunks, the heuristic's first pick (320 x 128 tiles) took 8.36-8.63 ms per chunk, its third (256 x 128)
-//    8.21-8.31 ms, in the same passes (bench/NOTES.md): the 8-byte fp32 epilogue favours the smaller tile. No
+//    8.21-8.31 ms: the 8-byte fp32 epilogue favours the smaller tile. No
 //    256 x 128 candidate: the first.
 int choose(const Matmul& mm, const cublasLtMatmulHeuristicResult_t* results, int found) {
-  const int forced = algo_index(mm.trans_a, mm.trans_b);
-  if (forced >= 0) return std::min(forced, found - 1);  // its last when it has fewer
   if (mm.d == DType::kFloat32 && mm.ab != DType::kFloat32)
     for (int i = 0; i < found; ++i)
       if (tile_of(results[i].algo) == CUBLASLT_MATMUL_TILE_256x128) return i;
@@ -163,20 +127,7 @@ const Plan& plan_for(const Key& key, const Matmul& mm, cublasLtHandle_t h, size_
     fail(TIGON_ERROR_NOT_SUPPORTED, "cuBLASLt has no algorithm for ", dtype_name(mm.ab), " -> ", dtype_name(mm.d),
          " m=", mm.m, " n=", mm.n, " k=", mm.k, " (lda ", mm.lda, ", ldb ", mm.ldb, ", ldd ", mm.ldd,
          "): ", cublasLtGetStatusString(st));
-  const int pick = choose(mm, results.data(), found);
-  const cublasLtMatmulHeuristicResult_t& result = results[pick];
-  if (log_plans()) {
-    int32_t stages = -1, cluster = -1;
-    size_t n = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &n);
-    cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
-                                         sizeof(cluster), &n);
-    std::fprintf(stderr, "tigon matmul: %c%c m=%lld n=%lld k=%lld %s%s -> candidate %d of %d, tile %d, stages %d, "
-                 "cluster %d\n", mm.trans_a ? 'T' : 'N', mm.trans_b ? 'T' : 'N', (long long)mm.m, (long long)mm.n,
-                 (long long)mm.k, dtype_name(mm.d), mm.accumulate ? " +=" : "", pick, found, tile_of(result.algo),
-                 stages, cluster);
-  }
-  p.algo = result.algo;
+  p.algo = results[choose(mm, results.data(), found)].algo;
   return cache().plans.emplace(key, p).first->second;
 }
 

@@ -53,7 +53,7 @@ void bwd_cuda(const BwdProblem& p, void* stream);
 }  // namespace tigon::cross_entropy
 
 // Test-only entries (exported, not in the public headers): tigon_testing_cross_entropy_kernel picks the CUDA row
-// kernel for this process ("cluster", "cluster1/2/4/8", "classic"; NULL: back to TIGON_CE_KERNEL), and
+// kernel for this process ("cluster", "cluster1" to "cluster8", "classic"; NULL: back to the library's plan), and
 // tigon_testing_cross_entropy_last_kernel names the one this thread's last forward ran.
 extern "C" {
 TIGON_API tigon_status_t tigon_testing_cross_entropy_kernel(const char* name);

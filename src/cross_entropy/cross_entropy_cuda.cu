@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <iterator>
 
 #include "common/async_copy.cuh"
 #include "common/cuda_check.h"
@@ -133,11 +131,8 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(RowArgs a, Outpu
   if (o.accuracy) o.accuracy[0] = float(v[2] / count);
 }
 
-// The row kernel variant, TIGON_CE_KERNEL: "cluster" (the default), "cluster<N>" (N = 1-8 blocks per row, forced),
-// either with, in this order, "-t<threads>" (threads per block: a multiple of 32 up to kClusterMaxThreads),
-// "-a<vectors>" (slices a multiple of 1-64 vectors instead of odd), "-p<vectors>" (0-64 added to every slice) and
-// "-h<hint>" (kern::store_grad's L2 hints: 0 or one of kMeasuredHints), as in "cluster7-t128-a8"; or "classic". See
-// bench/NOTES.md, "Cross entropy", for what each costs.
+// A test's choice of row kernel (tigon_testing_cross_entropy_kernel): "cluster" (the library's plan), "cluster<N>"
+// (the cluster kernel, N = 1-8 blocks per row, forced) or "classic".
 bool parse_choice(const char* name, KernelChoice* k) {
   if (std::strcmp(name, "classic") == 0) {
     *k = {RowKernel::kClassic, 0};
@@ -148,41 +143,12 @@ bool parse_choice(const char* name, KernelChoice* k) {
   const char* rest = name + std::strlen(prefix);
   KernelChoice c;
   if (*rest >= '1' && *rest <= '8') c.cluster = *rest++ - '0';
-  // An optional "-<letter><value>" (lo <= value <= hi, a multiple of step) into *out; false: malformed.
-  const auto suffix = [&](char letter, long lo, long hi, long step, int* out) {
-    if (rest[0] != '-' || rest[1] != letter) return true;
-    char* end = nullptr;
-    const long v = std::strtol(rest + 2, &end, 10);
-    if (end == rest + 2 || v < lo || v > hi || v % step != 0) return false;
-    *out = int(v);
-    rest = end;
-    return true;
-  };
-  if (!suffix('t', 32, kClusterMaxThreads, 32, &c.threads) || !suffix('a', 1, 64, 1, &c.align) ||
-      !suffix('p', 0, 64, 1, &c.pad) || !suffix('h', 0, 31, 1, &c.hint) || *rest)
-    return false;
-  const auto* hints_end = std::end(kMeasuredHints);
-  if (c.hint != 0 && std::find(std::begin(kMeasuredHints), hints_end, c.hint) == hints_end) return false;
+  if (*rest) return false;
   *k = c;
   return true;
 }
 
-KernelChoice env_choice() {
-  KernelChoice k;
-  const char* e = std::getenv("TIGON_CE_KERNEL");
-  if (e && *e && !parse_choice(e, &k))
-    fail(TIGON_ERROR_INVALID_ARGUMENT, "TIGON_CE_KERNEL=", e, " is not one of cluster, cluster<1-8>, ",
-         "cluster[<1-8>][-t<threads>][-a<vectors>][-p<vectors>][-h<hint>], classic");
-  return k;
-}
-
-// A test's override (tigon_testing_cross_entropy_kernel), encoded by encode(); -1: none.
-int encode(const KernelChoice& k) {
-  return int(k.kind) | k.cluster << 1 | (k.threads / 32) << 5 | k.align << 9 | k.pad << 16 | k.hint << 23;
-}
-KernelChoice decode(int o) {
-  return {RowKernel(o & 1), (o >> 1) & 15, 32 * ((o >> 5) & 15), (o >> 9) & 127, (o >> 16) & 127, (o >> 23) & 31};
-}
+// A test's choice, encoded as kind | cluster << 1; -1: the library's plan.
 std::atomic<int> g_override{-1};
 thread_local const char* g_last_kernel = "";
 
@@ -194,9 +160,8 @@ bool rows_aligned(const RowMatrix& m) {
 
 KernelChoice row_kernel_choice() {
   const int o = g_override.load(std::memory_order_relaxed);
-  if (o >= 0) return decode(o);
-  static const KernelChoice env = env_choice();  // read once, at the first launch
-  return env;
+  if (o < 0) return {};
+  return {RowKernel(o & 1), o >> 1};
 }
 
 RowArgs loss_args(const FwdProblem& p, int64_t rows, float* ws) {
@@ -288,7 +253,7 @@ tigon_status_t tigon_testing_cross_entropy_kernel(const char* name) {
     using namespace tigon::cross_entropy;
     KernelChoice k;
     if (name && !parse_choice(name, &k)) tigon::fail_arg("name", "is not a cross entropy kernel: ", name);
-    g_override.store(name ? encode(k) : -1);
+    g_override.store(name ? int(k.kind) | k.cluster << 1 : -1);
   });
 }
 

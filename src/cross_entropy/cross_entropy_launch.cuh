@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -50,13 +49,11 @@ inline DeviceLimits device_limits() {
 // blocks per row that let kBlocksPerSm of them share an SM, else the size that lets the most share one (the fewest
 // blocks among ties): several blocks per SM, each at its own phase of its row (waiting on its copy, computing,
 // writing), keep bytes moving. Slices are an odd number of vectors (the last block takes what is left): 4008 vectors
-// ran 3% slower than 4009, and 2296 or 2304 5% slower than 2291 (bench/NOTES.md, sixth session; measured, not
-// understood). With a gradient, bf16 x 128256 on an H200, on real logits: 6 blocks of 2673 vectors (42 KB, 5 per SM)
-// at 128 threads ran 0.7-1.2% faster than 5 of 3207 (50 KB, 4 per SM) on four leases (seventh session; on the
-// near-constant data of a gradient fed back as logits the order flips, which is why the sixth session chose 5).
-// Without a gradient (one read, no writes) more, smaller blocks keep more reads in flight: 7 of 2291 vectors, 6 per
-// SM, ran 0.63 ms against 0.69 for 5 of 3207. `forced` (1-8), `threads`, `align` (slices a multiple of this many
-// vectors instead of odd) and `pad` (vectors added) are for measurements.
+// ran 3% slower than 4009, and 2296 or 2304 5% slower than 2291 on an H200 (measured, not understood). With a
+// gradient, bf16 x 128256 on an H200, on real logits: 6 blocks of 2673 vectors (42 KB, 5 per SM) at 128 threads ran
+// 0.7-1.2% faster than 5 of 3207 (50 KB, 4 per SM) (on the near-constant data of a gradient fed back as logits the
+// order flips). Without a gradient (one read, no writes) more, smaller blocks keep more reads in flight: 7 of 2291
+// vectors, 6 per SM, ran 0.63 ms against 0.69 for 5 of 3207. `forced` (1-8, tests only) fixes the blocks per row.
 // csize 0: the row does not fit in 8 blocks.
 struct ClusterPlan {
   int csize = 0, threads = 0;
@@ -65,7 +62,7 @@ struct ClusterPlan {
 };
 constexpr int kBlocksPerSm = 5, kBlocksPerSmLossOnly = 6;  // (non-portable clusters of 9-16 blocks ran 4-30% slower)
 // Threads per block when a gradient is written and at least 4 blocks share an SM; otherwise ~16 vectors per thread.
-// On an H200, bf16, real logits (seventh session): 128 against the formula's 192 ran 1% faster at 128256 (5 blocks
+// On an H200, bf16, real logits: 128 against the formula's 192 ran 1% faster at 128256 (5 blocks
 // of 3207 vectors) and 151936 (6 of 3167), 1% at 200064 (8 of 3127), the same at 65536; 96 and 160 ran 1-3% slower.
 // With 3 blocks per SM (262144: 7 of 4683) the formula's 256 stays ahead of 192 and 128.
 constexpr int kGradThreads = 128, kGradThreadsMinPerSm = 4;
@@ -77,13 +74,12 @@ constexpr int64_t kClassicLossOnlyBytes = int64_t(128) << 10;
 // system reserves per block.
 constexpr int64_t kBlockSmemOverhead = kern::kStaticSmemBytes + 1024;
 
-inline ClusterPlan cluster_plan(int64_t nvec, bool grad, int forced, const DeviceLimits& d, int threads = 0,
-                                int align = 0, int pad = 0) {
+inline ClusterPlan cluster_plan(int64_t nvec, bool grad, int forced, const DeviceLimits& d) {
   const int64_t fit = d.smem_block - kern::kStaticSmemBytes;
   const int64_t per_sm_wanted = grad ? kBlocksPerSm : kBlocksPerSmLossOnly;
   const auto slice_vecs = [&](int c) {
-    const int64_t share = (nvec + c - 1) / c;  // rounded up to odd, or to a multiple of align
-    return std::max<int64_t>(1, (align > 0 ? (share + align - 1) / align * align : share | 1) + pad);
+    const int64_t share = (nvec + c - 1) / c;  // rounded up to odd
+    return std::max<int64_t>(1, share | 1);
   };
   const auto slice_bytes = [&](int c) { return slice_vecs(c) * 16; };
   const auto per_sm = [&](int c) {
@@ -100,9 +96,7 @@ inline ClusterPlan cluster_plan(int64_t nvec, bool grad, int forced, const Devic
   }
   if (p.csize == 0) return p;
   p.sh.slice_vecs = slice_vecs(p.csize);
-  if (threads > 0)
-    p.threads = threads;
-  else if (grad && per_sm(p.csize) >= kGradThreadsMinPerSm)
+  if (grad && per_sm(p.csize) >= kGradThreadsMinPerSm)
     p.threads = kGradThreads;
   else
     p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs / 16 + 16) / 32 * 32, 64, kern::kClusterThreads));
@@ -149,10 +143,10 @@ inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, in
 // With pdl, launched as a programmatic dependent of the kernel before it in the stream (the totals kernel, which
 // allows it at once): the row kernel's blocks start their copy and first pass while that kernel ends, and wait for
 // its totals only before finish_row. Refused, it launches plainly.
-template <class T, int O, int H = 0>
+template <class T, int O>
 bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream, bool pdl) {
   if (p.csize == 0 || a.rows > INT_MAX / p.csize) return false;
-  const auto kernel = kern::cluster_rows_kernel<T, O, H>;
+  const auto kernel = kern::cluster_rows_kernel<T, O>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
@@ -181,20 +175,6 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
   (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
   return false;
-}
-
-// The plain-case cluster kernel with L2 hints `hint`, one of kMeasuredHints (false, nothing launched, for another).
-template <class T, size_t... I>
-bool launch_hinted(int hint, const RowArgs& a, const ClusterPlan& p, const DeviceLimits& d, cudaStream_t stream,
-                   bool pdl, std::index_sequence<I...>) {
-  bool launched = false;
-  const auto try_one = [&](auto h) {
-    if (hint != decltype(h)::value) return false;
-    launched = launch_cluster<T, 0, decltype(h)::value>(a, p, d, stream, pdl);
-    return true;
-  };
-  (void)(try_one(std::integral_constant<int, kMeasuredHints[I]>()) || ...);
-  return launched;
 }
 
 template <class T, int O>
@@ -233,8 +213,7 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
   vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
   // The launcher's own plan, loss only (no gradient), rows of kClassicLossOnlyBytes or more: the classic kernel, whose
   // plain loads stream one read faster than the cluster kernel's bulk copies there.
-  const bool own_plan = k.kind == RowKernel::kCluster && k.cluster == 0 && k.threads == 0 && k.align == 0 &&
-                        k.pad == 0 && k.hint == 0;
+  const bool own_plan = k.kind == RowKernel::kCluster && k.cluster == 0;
   const bool classic_loss = own_plan && a.grad == nullptr && a.cols * int64_t(sizeof(T)) >= kClassicLossOnlyBytes;
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
@@ -242,12 +221,8 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
       // The planned size first, then any other that fits; never a launch error for the choice of size.
       const DeviceLimits d = device_limits();
       const int64_t nvec = a.cols / kern::kVec<T>;
-      const ClusterPlan first = cluster_plan(nvec, a.grad != nullptr, k.cluster, d, k.threads, k.align, k.pad);
-      // The measurement-only L2 hints (kern::store_grad), in the plain case only.
-      const bool launched = O == 0 && k.hint != 0 &&
-                            launch_hinted<T>(k.hint, a, first, d, stream, follows_totals,
-                                             std::make_index_sequence<std::size(kMeasuredHints)>());
-      if (launched || launch_cluster<T, O>(a, first, d, stream, follows_totals)) {
+      const ClusterPlan first = cluster_plan(nvec, a.grad != nullptr, k.cluster, d);
+      if (launch_cluster<T, O>(a, first, d, stream, follows_totals)) {
         ran = cluster_name(first.csize);
         return;
       }

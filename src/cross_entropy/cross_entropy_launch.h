@@ -1,5 +1,7 @@
 // Cross entropy kernel arguments and the typed launchers of the row kernel, instantiated once per logits dtype in
-// cross_entropy_cuda_<dtype>.cu so the dispatch in cross_entropy_cuda.cu compiles no row kernels itself.
+// cross_entropy_cuda_<dtype>.cu so the dispatch in cross_entropy_cuda.cu compiles no row kernels itself. Unlike the
+// other ops' kernels, these stay split by dtype: each unit compiles for about a minute and a half, and the three
+// folded into one took twice as long as the longest of them, on the build's critical path.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,21 +42,17 @@ struct ScaleArgs {
   int64_t go_stride = 0;  // 0: one scale for every row
 };
 
-// The row kernel variants (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster needs vec; rows it cannot
-// take run the classic kernel instead.
+// The row kernels (cross_entropy_resident.cuh, cross_entropy_kernels.cuh). cluster needs vec; rows it cannot take
+// run the classic kernel instead.
 enum class RowKernel { kCluster, kClassic };
 constexpr int kClusterMaxThreads = 256;  // the cluster kernel's launch bound
+// Which row kernel runs: the library's plan (kCluster, cluster 0), or for tests (tigon_testing_cross_entropy_kernel)
+// the classic kernel or the cluster kernel with a forced size, at shapes where the plan would not pick them.
 struct KernelChoice {
   RowKernel kind = RowKernel::kCluster;
   int cluster = 0;  // kCluster: blocks per row (1-8), 0: the launcher's
-  int threads = 0;  // kCluster: threads per block (a multiple of 32 up to kClusterMaxThreads), 0: the launcher's
-  int align = 0;    // kCluster: slices a multiple of this many 16-byte vectors (1-64), 0: odd (the launcher's)
-  int pad = 0;      // kCluster: vectors added to every slice (0-64; for measurements)
-  int hint = 0;     // kCluster, plain options: kern::store_grad's L2 hints (0 or kMeasuredHints; for measurements)
 };
-// The L2 hint values the cluster kernel is also built with (kern::store_grad), besides the default 0.
-inline constexpr int kMeasuredHints[] = {1, 2, 3, 4, 8, 12, 16, 24, 28};
-// The variant in use: TIGON_CE_KERNEL, read once (cross_entropy_cuda.cu), unless a test overrides it.
+// The library's plan, unless a test has chosen another (cross_entropy_cuda.cu).
 KernelChoice row_kernel_choice();
 
 // vec: 16-byte loads and stores (rows 16-byte aligned); otherwise element by element. Runs row_kernel_choice().

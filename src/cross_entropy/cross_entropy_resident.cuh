@@ -8,7 +8,7 @@
 // One cluster per row. The launcher sizes slices so that several blocks share an SM (five of ~42 KB for 128256 bf16
 // logits) and their phases (loading, computing, writing) overlap, as far as the block scheduler staggers them. A
 // persistent form (as many clusters as are resident, each walking rows, its buffer refilled for the next row) ran 2-6%
-// slower on an H200 with either refill order (bench/NOTES.md).
+// slower on an H200 with either refill order (docs/performance/cross-entropy.md).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -35,7 +35,7 @@ struct SliceShape {
 // `bar` until all csize slots have landed; every block then merges the same values in the same order, so they agree
 // bit for bit. No cluster barrier per row: cluster.sync() compiled to a GPU-scope memory fence (MEMBAR.ALL.GPU) and
 // the cluster barrier, a wait for the fence and the slowest block that cost 13% of the kernel on an H200
-// (bench/NOTES.md). bar must have been initialised (count 1) before the cluster's arrival barrier, and armed for this
+// (docs/performance/cross-entropy.md). bar must have been initialised (count 1) before the cluster's arrival barrier, and armed for this
 // exchange's bytes (kStatBytes * csize) by one thread of this block.
 struct alignas(16) StatSlot {
   float m, s, best, wx;
@@ -85,46 +85,12 @@ __device__ __forceinline__ float accumulate_tail(RowStats& st, const T* x, int64
   return v;
 }
 
-// The L2 hints of the row's read and of the gradient's stores. H = 0, the default: the bulk copy with no L2 hint and
-// st.global.cg. Other values are for measurements (launch_rows_as, "-h<H>"): bits 0-2 pick the store (1 plain, 2 .cs,
-// 3 L2 evict_first, 4 L2 evict_last), bits 3-4 the read's policy (1 evict_first, 2 evict_normal, 3 evict_last).
-// On an H200, bf16 8192 x 128256 with a gradient, the read with no hint ran 4% faster than with evict_first (the
-// default before) or evict_normal (1041 against 1087 us, in place and out of place); evict_first or .cs stores ran 5%
-// slower. evict_last reads ran 0.8% faster still, but lines held at that priority outlive the kernel and crowd the
-// next kernels' data (and a persisting-L2 carve-out a user may have set), so they stay a measurement (bench/NOTES.md,
-// eighth session).
-template <int H>
-__device__ __forceinline__ void store_grad(uint4* p, const uint4& v, uint64_t pol) {
-  constexpr int S = H & 7;
-  if constexpr (S == 0)
-    __stcg(p, v);
-  else if constexpr (S == 1)
-    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-  else if constexpr (S == 2)
-    __stcs(p, v);
-  else
-    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w), "l"(pol)
-                 : "memory");
-}
-template <int H>
-__device__ __forceinline__ uint64_t store_policy() {
-  if constexpr ((H & 7) == 3) return cuda::l2_evict_first();
-  if constexpr ((H & 7) == 4) return cuda::l2_evict_last();
-  return 0;
-}
-template <int H>
-__device__ __forceinline__ void read_piece(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  constexpr int R = (H >> 3) & 3;
-  if constexpr (R == 0) {
-    cuda::bulk_copy_g2s(dst, src, bytes, bar);
-  } else {
-    const uint64_t p = R == 1 ? cuda::l2_evict_first() : R == 2 ? cuda::l2_evict_normal() : cuda::l2_evict_last();
-    cuda::bulk_copy_g2s(dst, src, bytes, bar, p);
-  }
-}
-
-template <class T, int O, int H = 0>
+// The row is read by the bulk copy with no L2 hint and the gradient stored with st.global.cg. On an H200, bf16
+// 8192 x 128256 with a gradient, the read with no hint ran 4% faster than with evict_first or evict_normal (1041
+// against 1087 us, in place and out of place); evict_first or .cs stores ran 5% slower. evict_last reads ran 0.8%
+// faster still, but lines held at that priority outlive the kernel and crowd the next kernels' data (and a
+// persisting-L2 carve-out a user may have set).
+template <class T, int O>
 __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArgs a, SliceShape sh) {
   constexpr int V = kVec<T>, U = kClusterUnroll;
   extern __shared__ uint4 slice[];       // slice_vecs: this block's part of the row
@@ -171,7 +137,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       const int64_t first = p * sh.piece_vecs;
       const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
       cuda::mbar_arrive_expect_tx(&bars[p], bytes);
-      read_piece<H>(slice + first, x + (v0 + first) * V, bytes, &bars[p]);
+      cuda::bulk_copy_g2s(slice + first, x + (v0 + first) * V, bytes, &bars[p]);
     }
   }
   // Every block of the cluster must be running before another writes into its shared memory: arrive now, wait
@@ -205,9 +171,8 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   with_fold(k, [&](auto fold) {
     constexpr bool F = decltype(fold)::value;
     uint4* gv = reinterpret_cast<uint4*>(grad);
-    const uint64_t pol = store_policy<H>();
     grad_pass<T, O, F, U>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
-                          [&](uint32_t j, const uint4& g) { store_grad<H>(gv + j, g, pol); });
+                          [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); });
     if (tid < tail) {
       const int64_t c = nvec * V + tid;
       grad[c] = from_f<T>(grad_elem<O, F>(xtail, c, c == t, k, a));

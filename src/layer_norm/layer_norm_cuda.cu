@@ -7,114 +7,58 @@
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
-#include "common/env.h"
 #include "common/row_plan.h"
 #include "layer_norm/layer_norm.h"
-#include "layer_norm/layer_norm_kernels.cuh"
-#include "layer_norm/layer_norm_launch.h"
+#include "layer_norm/layer_norm_launch.cuh"
 
 namespace tigon::layer_norm {
 namespace {
 
 using row_plan::cached_shape;
-using row_plan::ceil_div;
 using row_plan::cols_vectorizable;
+using row_plan::current_device;
+using row_plan::param_aligned;
 using row_plan::rows_aligned;
 using row_plan::Shape;
 
-bool param_aligned(const void* p) { return p == nullptr || cuda::aligned16(p); }
-
-// Kernel choices follow RMSNorm's measurements (src/rms_norm/rms_norm_cuda.cu): bytes in flight per multiprocessor
-// decide these kernels' speed. The forward holds 4 vectors of a row per thread (48 registers in blocks of 128: 1280
-// resident threads). The backward also holds its dw and db sums, 2 * 8 fp32 per vector of columns; by default a
-// thread holds 2 vectors of each of 2 rows (128 registers, 512 resident threads, 128 bytes of x and dy in flight per
-// thread): at 16384 x 4096 bf16 on an H200 it ran 0.1874-0.1879 ms forward + backward against 0.1922 for 1 vector of
-// each of 2 rows (64 registers, 1024 resident threads, half the bytes in flight per thread). For tuning, read once:
-//   TIGON_LAYER_NORM_FWD_NV   1 (uncached), 2 or 4 vectors of a row per thread; default 4
-//   TIGON_LAYER_NORM_BWD_NV   1 (uncached), 2 or 4 vectors of x (and of dy) per thread; default 4
-//   TIGON_LAYER_NORM_BWD_ROWS 1 or 2 rows those vectors are spread over; default 2
-//   TIGON_LAYER_NORM_PREFETCH 1: the cached kernels also prefetch rows into L2 one wave (forward) or one row group
-//                             (backward) ahead, with the copy engine: more bytes in flight for no registers; default 0
-//   TIGON_LAYER_NORM_BWD_DB_SMEM 1: with BWD_NV=2 and BWD_ROWS=1 (RMSNorm's backward shape), the db sums in shared
-//                             memory (kern::kDbSmemThreads), where blocks of at most 256 threads allow; default 0
-int fwd_nv() {
-  static const int nv = env_int("TIGON_LAYER_NORM_FWD_NV");
-  return nv == 1 || nv == 2 ? nv : 4;
-}
-int bwd_nv() {
-  static const int nv = env_int("TIGON_LAYER_NORM_BWD_NV");
-  return nv == 1 || nv == 2 ? nv : 4;
-}
-int bwd_rows() {
-  static const int r = env_int("TIGON_LAYER_NORM_BWD_ROWS");
-  return r == 1 ? 1 : 2;
-}
-bool prefetch() {
-  static const bool on = env_int("TIGON_LAYER_NORM_PREFETCH") == 1;
-  return on;
-}
-bool bwd_db_smem() {
-  static const bool on = env_int("TIGON_LAYER_NORM_BWD_DB_SMEM") == 1;
-  return on;
-}
-
-int current_device() {
-  int d = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&d));
-  return d;
-}
+// Bytes in flight per multiprocessor decide these kernels' speed (as RMSNorm's). The forward holds 4 vectors of a row
+// per thread (48 registers in blocks of 128: 1280 resident threads). The backward also holds its dw and db sums,
+// 2 * 8 fp32 per vector of columns, so a thread holds 2 vectors of each of 2 rows (128 registers, 512 resident
+// threads, 128 bytes of x and dy in flight per thread): at 16384 x 4096 bf16 on an H200 that ran 0.1874-0.1879 ms
+// forward + backward against 0.1922 for 1 vector of each of 2 rows (64 registers, 1024 resident threads). Rows too
+// long for that layout take 4 vectors of one row per thread; longer or unaligned rows the uncached kernels.
+constexpr int kFwdNv = 4;
 
 Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) &&
                    param_aligned(pr.b);
-  if (vec && fwd_nv() != 1) {
-    // The preferred nv while the row fits, else 4 vectors per thread.
-    for (int nv : {fwd_nv(), 4}) {
-      const Shape s = cached_shape(pr.x.cols, pr.x.dtype, nv);
-      if (s.tpr > kFwdMaxThreads) continue;
-      Plan p;
-      p.cached = p.vec = true;
-      p.nv = nv;
-      p.block = dim3(s.tpr, s.rpb);
-      p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
-      p.prefetch = prefetch();
-      if (p.prefetch) p.sms = sm_count(current_device());
-      return p;
-    }
-  }
-  return row_plan::row_per_block_plan<Plan>(pr.x, vec, INT_MAX);
+  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, kFwdNv);
+  if (vec && !row_plan::uncached_forced() && s.tpr <= kFwdMaxThreads)
+    return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
+  return row_plan::uncached_plan(pr.x, vec, INT_MAX);
 }
 
 // The cached backward's layout: c vectors of each of r rows per thread, and the block shape; tpr 0 when the row is
-// too long for it (or the uncached kernel is asked for). The preferred layout while the row fits, else 4 vectors of
-// one row per thread.
+// too long for either layout (or the uncached kernels are forced).
 struct BwdShape {
   int c = 0, r = 1;
   Shape s;
 };
 BwdShape bwd_shape(const RowMatrix& x) {
-  if (bwd_nv() == 1) return {};
-  const int r = bwd_rows();
-  for (const BwdShape& b : {BwdShape{bwd_nv() / r, r, {}}, BwdShape{4, 1, {}}}) {
+  if (row_plan::uncached_forced()) return {};
+  for (const BwdShape& b : {BwdShape{2, 2, {}}, BwdShape{4, 1, {}}}) {
     const Shape s = cached_shape(x.cols, x.dtype, b.c);
-    if (s.tpr <= bwd_max_threads(b.c)) return {b.c, b.r, s};
+    if (s.tpr <= kBwdMaxThreads) return {b.c, b.r, s};
   }
   return {};
 }
 
-// The backward launches about as many blocks as stay resident (launch_bwd asks the occupancy calculator), so each
-// walks many rows and its partial sums stay in registers. The workspace bound may depend on x and the device alone
-// (tigon_layer_norm_bwd_workspace_size sees nothing else), so it assumes the most any kernel keeps resident: 2048
-// threads per multiprocessor. launch_bwd never launches more blocks than the plan's grid, which this bound sets.
+// The most any kernel keeps resident: 2048 threads per multiprocessor (see row_plan::max_partial_rows).
 constexpr int kMaxResidentThreads = 2048;
 
 int64_t bwd_max_partial_rows(const RowMatrix& x, int device) {
   const BwdShape b = bwd_shape(x);
-  const int64_t sms = sm_count(device);
-  if (b.s.tpr == 0) return std::min<int64_t>(x.rows, sms * 2);
-  const int threads = b.s.tpr * b.s.rpb;
-  const int64_t blocks_per_sm = std::max(1, kMaxResidentThreads / threads);
-  return std::min(ceil_div(x.rows, int64_t(b.s.rpb) * b.r), sms * blocks_per_sm) * b.s.rpb;
+  return row_plan::max_partial_rows(x.rows, b.s, b.r, kMaxResidentThreads, sm_count(device));
 }
 
 Plan bwd_plan(const BwdProblem& pr, int device) {
@@ -122,20 +66,8 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.dy) && rows_aligned(pr.dx) &&
                    param_aligned(pr.w);
   const BwdShape b = bwd_shape(pr.x);
-  Plan p;
-  if (vec && b.s.tpr > 0) {
-    p.cached = p.vec = true;
-    p.nv = b.c;
-    p.rows = b.r;
-    p.prefetch = prefetch();
-    p.block = dim3(b.s.tpr, b.s.rpb);
-    p.grid = unsigned(max_rows / b.s.rpb);
-    const int threads = b.s.tpr * b.s.rpb, per_vec = 16 / dtype_bytes(pr.x.dtype);
-    p.db_smem = bwd_db_smem() && b.c == 2 && b.r == 1 && threads <= kDbSmemThreads &&
-                2 * per_vec * threads <= kDbSmemFloats;
-  } else {
-    p = row_plan::row_per_block_plan<Plan>(pr.x, vec, max_rows);
-  }
+  Plan p = vec && b.s.tpr > 0 ? row_plan::cached_plan(b.s, b.c, b.r, pr.x.rows, max_rows / b.s.rpb)
+                              : row_plan::uncached_plan(pr.x, vec, max_rows);
   p.sms = sm_count(device);
   return p;
 }
@@ -145,7 +77,7 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
 void fwd_cuda(const FwdProblem& pr, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const FwdArgs a{pr.x.data, pr.w, pr.b, pr.y.data, pr.mean, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride,
-                  pr.y.row_stride, pr.eps, 1.f / float(pr.x.cols), 0};
+                  pr.y.row_stride, pr.eps, 1.f / float(pr.x.cols)};
   const Plan plan = fwd_plan(pr);
   const bool p32 = pr.p_dtype == DType::kFloat32;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, {
@@ -178,7 +110,7 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   const int64_t half = bwd_max_partial_rows(pr.x, device) * cols;  // db's partials start here
   BwdArgs a{pr.dy.data, pr.x.data, pr.w, pr.mean, pr.rstd, pr.dx.data, pr.dw ? ws : nullptr,
             pr.db ? ws + half : nullptr, pr.x.rows, cols, pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride,
-            1.f / float(cols), plan.prefetch};
+            1.f / float(cols)};
   int64_t partial_rows = 0;
   const bool w32 = pr.w_dtype == DType::kFloat32;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, {

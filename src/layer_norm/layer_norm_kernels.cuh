@@ -26,7 +26,6 @@ struct FwdArgs {
   int64_t rows, cols, x_stride, y_stride;
   float eps;
   float inv_cols;  // 1 / cols: a multiply, where a division would call a slow-path routine that costs registers
-  int64_t prefetch_ahead;  // fwd_cached: > 0 prefetches into L2 the row group this many groups on (about one wave)
 };
 
 struct BwdArgs {
@@ -40,21 +39,14 @@ struct BwdArgs {
   float* db_partial;
   int64_t rows, cols, dy_stride, x_stride, dx_stride;
   float inv_cols;  // 1 / cols
-  bool prefetch;   // bwd_cached: prefetch into L2 the rows of the slot's next group
 };
 
 // Cached forward: up to 4 vectors (32 bf16) of x per thread, packed; 1024 threads per row at most.
 constexpr int kFwdMaxThreads = 1024;
 // Cached backward: C vectors of each of R rows per thread. The dw and db sums cost 2 * C * V fp32 registers whatever
 // R is, so spreading a thread's vectors over rows (R = 2) rather than columns halves them at the same bytes in flight.
-// With C = 1 the kernel fits in 64 registers, so blocks of 1024 threads launch; C = 2 or 4 take 84-128 registers.
-constexpr int bwd_max_threads(int c) { return c == 1 ? 1024 : 512; }
-// The dB-in-shared-memory form (TIGON_LAYER_NORM_BWD_DB_SMEM): the db sums, one float per column a thread owns, live
-// in shared memory instead of registers, which takes C = 2 vectors per thread (RMSNorm's backward shape: 256 threads
-// per row of 4096 bf16, 64 bytes in flight per thread) down to ~64 registers, so four blocks share an SM as RMSNorm's
-// do. Blocks of at most kDbSmemThreads threads and kDbSmemFloats sums.
-constexpr int kDbSmemThreads = 256, kDbSmemFloats = 4096;
-constexpr int bwd_launch_threads(int c, bool db_smem) { return db_smem ? kDbSmemThreads : bwd_max_threads(c); }
+// C = 2 or 4 take 84-128 registers, so blocks of at most 512 threads.
+constexpr int kBwdMaxThreads = 512;
 
 namespace kern {
 
@@ -115,10 +107,6 @@ __global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Sma
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
-    if (a.prefetch_ahead > 0 && threadIdx.x == 0) {
-      const int64_t later = row + a.prefetch_ahead * blockDim.y;
-      if (later < a.rows) cuda::prefetch_l2(static_cast<const TX*>(a.x) + later * a.x_stride, cols * sizeof(TX));
-    }
     cuda::Packed<TX, V> v[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -214,44 +202,27 @@ __global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
   }
 }
 
-// C vectors of each of R consecutive rows per thread (see bwd_max_threads); the row slot (blockIdx.x, threadIdx.y)
-// walks groups of R rows and keeps its dw and db sums for its columns in registers until the end (S: the db sums in
-// shared memory, see kDbSmemThreads).
-template <class TX, class TW, int C, int R, bool S = false>
-__global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cached(BwdArgs a) {
+// C vectors of each of R consecutive rows per thread (see kBwdMaxThreads); the row slot (blockIdx.x, threadIdx.y)
+// walks groups of R rows and keeps its dw and db sums for its columns in registers until the end.
+template <class TX, class TW, int C, int R>
+__global__ void __launch_bounds__(kBwdMaxThreads, 1) bwd_cached(BwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ __align__(16) float red[2][2 * R * 32];  // row_sums alternates buffers
   const int cols = int(a.cols);  // the cached kernels' rows are short: int offsets
-  float acc_w[C][V], acc_b[S ? 1 : C][V];
+  float acc_w[C][V], acc_b[C][V];
 #pragma unroll
   for (int i = 0; i < C; ++i)
 #pragma unroll
     for (int j = 0; j < V; ++j) acc_w[i][j] = 0.f;
 #pragma unroll
-  for (int i = 0; i < (S ? 1 : C); ++i)
+  for (int i = 0; i < C; ++i)
 #pragma unroll
     for (int j = 0; j < V; ++j) acc_b[i][j] = 0.f;
-  // S: quarter q of vector i of thread t at db_sums[(i * V / 4 + q) * threads + t]: consecutive threads, consecutive
-  // 16 bytes (no bank conflicts); each thread touches only its own entries, so no barrier guards them.
-  __shared__ __align__(16) float4 db_sums[S ? kDbSmemFloats / 4 : 1];
-  const int threads = int(blockDim.x * blockDim.y), t_lin = int(threadIdx.y * blockDim.x + threadIdx.x);
-  if constexpr (S) {
-#pragma unroll
-    for (int n = 0; n < C * V / 4; ++n) db_sums[n * threads + t_lin] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
 
   const int64_t groups = (a.rows + int64_t(blockDim.y) * R - 1) / (int64_t(blockDim.y) * R);
   int flip = 0;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, flip ^= 1) {
     const int64_t row0 = (g * blockDim.y + threadIdx.y) * R;
-    if (a.prefetch && threadIdx.x == 0)
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t later = row0 + int64_t(gridDim.x) * blockDim.y * R + k;  // this slot's row in the next group
-        if (later >= a.rows) break;
-        cuda::prefetch_l2(static_cast<const TX*>(a.x) + later * a.x_stride, cols * sizeof(TX));
-        cuda::prefetch_l2(static_cast<const TX*>(a.dy) + later * a.dy_stride, cols * sizeof(TX));
-      }
     // x and dy stay packed in registers between the two sweeps (half the registers of floats for 16-bit types).
     cuda::Packed<TX, V> xv[R][C], dv[R][C];
     float mu[R], r[R];
@@ -285,12 +256,8 @@ __global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cache
     for (int i = 0; i < C; ++i) {
       const int c = (i * blockDim.x + threadIdx.x) * V;
       if (c < cols) {
-        float w[V], db[S ? V : 1];  // S: this vector's db over the R rows, added to shared memory once
+        float w[V];
         load_param<TW, V>(a.w, c, 1.f, w);
-        if constexpr (S) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) db[j] = 0.f;
-        }
 #pragma unroll
         for (int k = 0; k < R; ++k)
 #pragma unroll
@@ -299,18 +266,8 @@ __global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cache
             sums[2 * k] += d * w[j];
             sums[2 * k + 1] += d * w[j] * xh;
             acc_w[i][j] += d * xh;
-            if constexpr (S)
-              db[j] += d;
-            else
-              acc_b[i][j] += d;
+            acc_b[i][j] += d;
           }
-        if constexpr (S) {
-#pragma unroll
-          for (int q = 0; q < V / 4; ++q) {
-            float4& e = db_sums[(i * V / 4 + q) * threads + t_lin];
-            e = make_float4(e.x + db[4 * q], e.y + db[4 * q + 1], e.z + db[4 * q + 2], e.w + db[4 * q + 3]);
-          }
-        }
       }
     }
     cuda::row_sums(sums, red[flip]);
@@ -357,18 +314,7 @@ __global__ void __launch_bounds__(bwd_launch_threads(C, S), S ? 4 : 1) bwd_cache
     const int c = (i * blockDim.x + threadIdx.x) * V;
     if (c < cols) {
       if (a.dw_partial) store_vec<float, V>(a.dw_partial + slot * a.cols + c, acc_w[i]);
-      if (!a.db_partial) continue;
-      if constexpr (S) {
-        float db[V];
-#pragma unroll
-        for (int q = 0; q < V / 4; ++q) {
-          const float4 e = db_sums[(i * V / 4 + q) * threads + t_lin];
-          db[4 * q] = e.x, db[4 * q + 1] = e.y, db[4 * q + 2] = e.z, db[4 * q + 3] = e.w;
-        }
-        store_vec<float, V>(a.db_partial + slot * a.cols + c, db);
-      } else {
-        store_vec<float, V>(a.db_partial + slot * a.cols + c, acc_b[i]);
-      }
+      if (a.db_partial) store_vec<float, V>(a.db_partial + slot * a.cols + c, acc_b[i]);
     }
   }
 }

@@ -7,97 +7,67 @@
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
-#include "common/env.h"
 #include "common/row_plan.h"
 #include "rms_norm/rms_norm.h"
-#include "rms_norm/rms_norm_kernels.cuh"
-#include "rms_norm/rms_norm_launch.h"
+#include "rms_norm/rms_norm_launch.cuh"
 
 namespace tigon::rms_norm {
 namespace {
 
-using row_plan::ceil_div;
+using row_plan::cached_shape;
 using row_plan::cols_vectorizable;
+using row_plan::current_device;
+using row_plan::param_aligned;
 using row_plan::rows_aligned;
+using row_plan::Shape;
 
-// Kernel choices, measured on the H200 (bf16, 16384 x 4096, ncu). Bytes in flight per multiprocessor decide these
+// Kernel choices, measured on an H200 (bf16, 16384 x 4096, ncu). Bytes in flight per multiprocessor decide these
 // kernels' speed, and the cached forward is register-limited to ~1024 resident threads: 4 vectors of a row per thread
-// ran 67-69 us, 2 ran 95 us, 8 ran 77 us (fewer warps), the two-pass kernel 72 us (x read twice). Staging rows in
+// ran 67-69 us, 2 ran 95 us, 8 ran 77 us (fewer warps), the uncached kernel 72 us (x read twice). Staging rows in
 // shared memory through the bulk copy engine did not beat it either: 69.7 us with one row per block, 81 us with
 // persistent blocks three row groups ahead; nor did one resident wave of cached blocks walking the rows (73 us against
-// 67 us for a block per row group). Those were tried and reverted, see the history. The backward, which also keeps the
-// dw sums in registers, ran 112 us with 2 vectors and 116 us with 4 (loading the next row ahead cost occupancy:
-// 148 us). TIGON_RMS_NORM_FWD_NV (1 = two-pass, 2, 4) and TIGON_RMS_NORM_BWD_NV (2, 4) override, for tuning.
-int fwd_nv() {  // 1: the two-pass kernel
-  static const int nv = env_int("TIGON_RMS_NORM_FWD_NV");
-  return nv == 2 || nv == 1 ? nv : 4;
-}
-int bwd_nv() {
-  static const int nv = env_int("TIGON_RMS_NORM_BWD_NV");
-  return nv == 4 ? 4 : 2;
-}
-
-// Threads per row and rows per block of the cached kernels (row_plan::cached_shape) with their nv.
-struct Shape {
-  int nv = 4, tpr = 0, rpb = 0;
-};
-Shape cached_shape(int64_t cols, DType x_dtype, int nv) {
-  const row_plan::Shape r = row_plan::cached_shape(cols, x_dtype, nv);
-  return Shape{nv, r.tpr, r.rpb};
-}
-// The shape for a direction: its preferred nv while the row fits in max_threads, else 4 vectors per thread.
-Shape cached_shape(int64_t cols, DType x_dtype, int nv, int max_threads) {
-  const Shape s = cached_shape(cols, x_dtype, nv);
-  return s.tpr <= max_threads || nv == 4 ? s : cached_shape(cols, x_dtype, 4);
-}
+// 67 us for a block per row group). The backward, which also keeps the dw sums in registers, ran 112 us with 2
+// vectors and 116 us with 4 (loading the next row ahead cost occupancy: 148 us); rows too long for 2 take 4.
+constexpr int kFwdNv = 4;
 
 Plan fwd_plan(const FwdProblem& pr) {
-  const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) &&
-                   (pr.w == nullptr || cuda::aligned16(pr.w));
-  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, fwd_nv() == 1 ? 4 : fwd_nv(), kFwdMaxThreads);
-  if (vec && s.tpr <= kFwdMaxThreads && fwd_nv() != 1) {
-    Plan p;
-    p.cached = p.vec = true;
-    p.nv = s.nv;
-    p.block = dim3(s.tpr, s.rpb);
-    p.grid = unsigned(std::min<int64_t>(ceil_div(pr.x.rows, s.rpb), INT_MAX));
-    return p;
-  }
-  return row_plan::row_per_block_plan<Plan>(pr.x, vec, INT_MAX);
+  const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w);
+  const Shape s = cached_shape(pr.x.cols, pr.x.dtype, kFwdNv);
+  if (vec && !row_plan::uncached_forced() && s.tpr <= kFwdMaxThreads)
+    return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
+  return row_plan::uncached_plan(pr.x, vec, INT_MAX);
 }
 
-// The backward launches about as many blocks as stay resident (launch_bwd asks the occupancy calculator), so each
-// block walks many rows and its dw partial sums stay in registers. The workspace bound must not depend on anything
-// but x and the device (tigon_rms_norm_bwd_workspace_size sees nothing else), so it assumes the most a kernel with
-// >= 64 registers per thread can keep resident: 1024 threads per multiprocessor.
+// The cached backward's vectors per thread and block shape; tpr 0 when the row is too long for it (or the uncached
+// kernels are forced).
+struct BwdShape {
+  int nv = 0;
+  Shape s;
+};
+BwdShape bwd_shape(const RowMatrix& x) {
+  if (row_plan::uncached_forced()) return {};
+  for (int nv : {2, 4}) {
+    const Shape s = cached_shape(x.cols, x.dtype, nv);
+    if (s.tpr <= kBwdMaxThreads) return {nv, s};
+  }
+  return {};
+}
+
+// The most a kernel with >= 64 registers per thread keeps resident: 1024 threads per multiprocessor (see
+// row_plan::max_partial_rows).
 constexpr int kBwdMaxResidentThreads = 1024;
 
-Shape bwd_shape(const RowMatrix& x) { return cached_shape(x.cols, x.dtype, bwd_nv(), kBwdMaxThreads); }
-
 int64_t bwd_max_partial_rows(const RowMatrix& x, int device) {
-  const Shape s = bwd_shape(x);
-  const int64_t sms = sm_count(device);
-  if (s.tpr <= kBwdMaxThreads) {
-    const int64_t blocks_per_sm = std::max(1, kBwdMaxResidentThreads / (s.tpr * s.rpb));
-    return std::min(ceil_div(x.rows, s.rpb), sms * blocks_per_sm) * s.rpb;
-  }
-  return std::min<int64_t>(x.rows, sms * 2);
+  return row_plan::max_partial_rows(x.rows, bwd_shape(x).s, 1, kBwdMaxResidentThreads, sm_count(device));
 }
 
 Plan bwd_plan(const BwdProblem& pr, int device) {
   const int64_t max_rows = bwd_max_partial_rows(pr.x, device);
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.dy) && rows_aligned(pr.dx) &&
-                   (pr.w == nullptr || cuda::aligned16(pr.w));
-  const Shape s = bwd_shape(pr.x);
-  Plan p;
-  if (vec && s.tpr <= kBwdMaxThreads) {
-    p.cached = p.vec = true;
-    p.nv = s.nv;
-    p.block = dim3(s.tpr, s.rpb);
-    p.grid = unsigned(max_rows / s.rpb);
-  } else {
-    p = row_plan::row_per_block_plan<Plan>(pr.x, vec, max_rows);
-  }
+                   param_aligned(pr.w);
+  const BwdShape b = bwd_shape(pr.x);
+  Plan p = vec && b.s.tpr > 0 ? row_plan::cached_plan(b.s, b.nv, 1, pr.x.rows, max_rows / b.s.rpb)
+                              : row_plan::uncached_plan(pr.x, vec, max_rows);
   p.sms = sm_count(device);
   return p;
 }
@@ -126,12 +96,6 @@ template <class TX, class TW, class TDY>
 struct Bwd {
   static int64_t run(const BwdArgs& a, const Plan& p, cudaStream_t s) { return launch_bwd<TX, TW, TDY>(a, p, s); }
 };
-
-int current_device() {
-  int d = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&d));
-  return d;
-}
 
 }  // namespace
 

@@ -3,10 +3,10 @@
 //    forward moves exactly x in + y out and the backward x, dy in + dx out. blockDim = (threads per row, rows per
 //    block). Used when a row fits (up to 4 * 8 * 1024 bf16 elements) and every pointer and row stride is 16-byte
 //    aligned.
-//  * two_pass: one row per block iteration, read twice (the second read mostly hits L2); any row length; V = 1 for
+//  * uncached: one row per block iteration, read twice (the second read mostly hits L2); any row length; V = 1 for
 //    unaligned data.
 // Backward dw: each block adds dy * xhat over the rows it visits into fp32 partials (one row of `partial` per block
-// row slot), and dw_reduce sums those in a fixed order: deterministic, no atomics.
+// row slot), and cuda::column_sum adds those in a fixed order: deterministic, no atomics.
 #pragma once
 
 #include "common/cuda_types.cuh"
@@ -36,8 +36,8 @@ struct BwdArgs {
   float offset;
 };
 
-// The cached kernels hold NV 16-byte vectors of a row per thread, NV = 2 or 4 (fewer registers and more resident
-// warps against more bytes in flight per thread; the launcher picks one per direction and shape).
+// The cached kernels hold NV 16-byte vectors of a row per thread: 4 forward; 2 backward, 4 for rows too long for 2
+// (fewer registers and more resident warps against more bytes in flight per thread).
 constexpr int kFwdMaxThreads = 1024;    // cached forward: 32 floats of x per thread stay in registers
 constexpr int kBwdMaxThreads = 512;     // cached backward: x, g and the dw sums (96 floats) need up to 128 registers
 
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
 }
 
 template <class TX, class TW, class TY, int V>
-__global__ void __launch_bounds__(1024) fwd_two_pass(FwdArgs a) {
+__global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
   __shared__ float red[32];
   const int64_t step = int64_t(blockDim.x) * V;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
 // One row per block iteration; the block's partial row is read-modified-written by the thread owning each column.
 // The grid never exceeds the row count, so every block writes its whole partial row.
 template <class TX, class TW, class TDY, int V>
-__global__ void __launch_bounds__(1024) bwd_two_pass(BwdArgs a) {
+__global__ void __launch_bounds__(1024) bwd_uncached(BwdArgs a) {
   __shared__ float red[32];
   const int64_t step = int64_t(blockDim.x) * V;
   float* part = a.partial ? a.partial + int64_t(blockIdx.x) * a.cols : nullptr;

@@ -1,12 +1,10 @@
 // RoPE CUDA path: one launch for q (and k), the vector or scalar kernel picked from the problem's alignment.
 #include <algorithm>
 #include <climits>
-#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
-#include "common/env.h"
 #include "rope/rope.h"
 #include "rope/rope_kernels.cuh"
 
@@ -16,15 +14,8 @@ namespace {
 constexpr int kThreads = 256;
 
 // Heads each thread loads before it stores (bytes in flight against registers: 1 -> ~60, 2 -> ~112 registers for
-// bf16 rotate-half; 1 measured best on the H200: 88.7 us vs 89.9 for 2 and 89.1 for 4 at the bench shape).
-// TIGON_ROPE_HEADS=1|2|4 overrides the default for measurements; read once.
-int heads_in_flight() {
-  static const int n = [] {
-    const int v = env_int("TIGON_ROPE_HEADS");
-    return v == 1 || v == 2 || v == 4 ? v : 1;
-  }();
-  return n;
-}
+// bf16 rotate-half; 1 measured best on an H200: 88.7 us vs 89.9 for 2 and 89.1 for 4 at the bench shape).
+constexpr int kHeadsInFlight = 1;
 
 // Every row of the tensor starts on a 16-byte boundary: the base does, and each outer stride that moves (size > 1,
 // stride != 0) is a multiple of 16 bytes.
@@ -68,20 +59,10 @@ void launch(kern::Args a, const Problem& p, cudaStream_t stream) {
   a.head_split = std::clamp<int64_t>((want + items - 1) / items, 1, std::max<int64_t>(heads, 1));
   const int64_t blocks = (items * a.head_split + kThreads - 1) / kThreads;
   const unsigned grid = unsigned(std::min<int64_t>(blocks, INT_MAX));
-  const int heads_at_once = V == 1 || V == 2 ? 1 : heads_in_flight();
-  auto go = [&](auto heads) {
-    constexpr int H = decltype(heads)::value;
-    if (p.backward)
-      kern::rope<T, TC, V, PV, INTERLEAVED, true, H><<<grid, kThreads, 0, stream>>>(a);
-    else
-      kern::rope<T, TC, V, PV, INTERLEAVED, false, H><<<grid, kThreads, 0, stream>>>(a);
-  };
-  if (heads_at_once == 4)
-    go(std::integral_constant<int, 4>{});
-  else if (heads_at_once == 2)
-    go(std::integral_constant<int, 2>{});
+  if (p.backward)
+    kern::rope<T, TC, V, PV, INTERLEAVED, true, kHeadsInFlight><<<grid, kThreads, 0, stream>>>(a);
   else
-    go(std::integral_constant<int, 1>{});
+    kern::rope<T, TC, V, PV, INTERLEAVED, false, kHeadsInFlight><<<grid, kThreads, 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 

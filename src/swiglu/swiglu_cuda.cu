@@ -4,7 +4,7 @@
 
 #include "common/cuda_types.cuh"
 #include "swiglu/swiglu.h"
-#include "swiglu/swiglu_launch.h"
+#include "swiglu/swiglu_launch.cuh"
 
 namespace tigon::swiglu {
 namespace {

@@ -1,4 +1,4 @@
-// Typed launchers: the activation becomes a template argument here. Included only by swiglu_cuda_<dtype>.cu.
+// Typed launchers: the activation becomes a template argument here. Included by swiglu_cuda.cu only.
 #pragma once
 
 #include "common/cuda_check.h"
@@ -42,9 +42,5 @@ void launch_bwd(const BwdArgs& a, int activation, const Launch& l, cudaStream_t 
   }
   TIGON_CUDA_CHECK_LAUNCH();
 }
-
-#define TIGON_SWIGLU_INSTANTIATE(T)                                                      \
-  template void launch_fwd<T>(const FwdArgs&, int, const Launch&, cudaStream_t);         \
-  template void launch_bwd<T>(const BwdArgs&, int, const Launch&, cudaStream_t);
 
 }  // namespace tigon::swiglu

@@ -1,5 +1,5 @@
-// SwiGLU / GeGLU launch shapes and the typed launchers. swiglu_cuda.cu plans the launch from the problem alone; the
-// launchers are instantiated once per dtype in swiglu_cuda_<dtype>.cu, so the dispatch file compiles no kernels.
+// SwiGLU / GeGLU launch shapes and the typed launchers (defined in swiglu_launch.cuh). swiglu_cuda.cu plans the
+// launch from the problem alone.
 #pragma once
 
 #include <cuda_runtime.h>

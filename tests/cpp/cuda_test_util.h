@@ -4,10 +4,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
+#include "common/norm_testing.h"
 #include "test_util.h"
 
 namespace tigon_test {
@@ -20,15 +19,12 @@ inline bool have_gpu() {
 #define SKIP_WITHOUT_GPU() \
   if (!::tigon_test::have_gpu()) GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine (scripts/gpu-check)"
 
-// Runs this test binary again in a child process with the knobs `env` ("NAME=value ...", read once per process) and
-// the gtest filter; its exit status (0: every selected test passed). A sharded parent run (scripts/gpu-check) does
-// not shard the child.
-inline int run_self_with(const std::string& env, const std::string& filter) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string cmd = "env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX " + env + " '" + self +
-                          "' --gtest_brief=1 --gtest_filter='" + filter + "'";
-  return std::system(cmd.c_str());
-}
+// Runs a test on the normalizations' uncached kernels (RMSNorm, LayerNorm), restoring the library's plan after.
+class UncachedNorms : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(tigon_testing_norm_uncached(1), TIGON_SUCCESS); }
+  void TearDown() override { tigon_testing_norm_uncached(0); }
+};
 
 // A device copy of a host matrix (same layout and strides), fetched back on demand.
 struct DevMat {

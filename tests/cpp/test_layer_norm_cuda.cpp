@@ -2,7 +2,6 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <tuple>
@@ -19,10 +18,12 @@ namespace {
 using Case = std::tuple<DType, DType, bool, bool, int64_t, int64_t, int64_t>;
 
 class LayerNormCuda : public ::testing::TestWithParam<Case> {};
+// The same cases on the uncached kernels (tigon_testing_norm_uncached), which the plan otherwise keeps for long,
+// unaligned or odd rows.
+class LayerNormCudaUncached : public UncachedNorms, public ::testing::WithParamInterface<Case> {};
 
-TEST_P(LayerNormCuda, MatchesReference) {
-  SKIP_WITHOUT_GPU();
-  const auto [xt, pt, has_w, has_b, rows, cols, pad] = GetParam();
+void check_case(const Case& c) {
+  const auto [xt, pt, has_w, has_b, rows, cols, pad] = c;
   std::mt19937 rng(77 + rows + cols);
   HostMat x(xt, rows, cols, cols + pad), w(pt, 1, cols), b(pt, 1, cols), y(xt, rows, cols, cols + pad),
       dy(xt, rows, cols, cols + pad), dx(xt, rows, cols), dw(pt, 1, cols), db(DType::kFloat32, 1, cols),
@@ -79,11 +80,19 @@ TEST_P(LayerNormCuda, MatchesReference) {
   EXPECT_EQ(worst_ratio(gdb.fetch(), first_db, 0, 0), 0.0);
 }
 
-// Which kernel each case reaches with the default knobs (forward 4 vectors per thread, backward 2 vectors of each of
-// 2 rows); LayerNormCudaVariants below runs them all again under every other knob setting.
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, LayerNormCuda,
-    ::testing::Values(
+TEST_P(LayerNormCuda, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  check_case(GetParam());
+}
+
+TEST_P(LayerNormCudaUncached, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  check_case(GetParam());
+}
+
+// Which kernel each case reaches with the library's plan (forward 4 vectors per thread, backward 2 vectors of each of
+// 2 rows, or 4 of one row).
+const Case kShapes[] = {
         // cached kernels, one row per block (forward 128-256 threads a row, backward 256-512)
         Case{DType::kBFloat16, DType::kBFloat16, true, true, 64, 4096, 0},
         Case{DType::kBFloat16, DType::kFloat32, true, true, 1, 4096, 0},
@@ -114,32 +123,16 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kFloat16, DType::kFloat32, true, true, 4, 4096, 1},
         Case{DType::kBFloat16, DType::kBFloat16, true, false, 6, 65536, 0},
         Case{DType::kFloat32, DType::kFloat32, true, true, 1, 1, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1, 0}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return std::string(short_name(std::get<0>(c))) + "_p" + short_name(std::get<1>(c)) +
-             (std::get<2>(c) ? "_w" : "") + (std::get<3>(c) ? "_b" : "") + "_" + std::to_string(std::get<4>(c)) +
-             "x" + std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
-    });
+        Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1, 0}};
 
-// The tuning knobs (src/layer_norm/layer_norm_cuda.cu) pick other kernels (vectors per thread, rows per thread,
-// uncached, L2 prefetch): each setting runs the Shapes suite again in a child process, since the knobs are read once
-// per process.
-TEST(LayerNormCudaVariants, EveryKnobSettingMatchesReference) {
-  SKIP_WITHOUT_GPU();
-  for (const char* knob : {"TIGON_LAYER_NORM_FWD_NV", "TIGON_LAYER_NORM_BWD_NV", "TIGON_LAYER_NORM_BWD_ROWS",
-                           "TIGON_LAYER_NORM_PREFETCH", "TIGON_LAYER_NORM_BWD_DB_SMEM"})
-    if (std::getenv(knob)) GTEST_SKIP() << "a knob is set: this process is one of the variant runs";
-  for (const char* knobs : {"TIGON_LAYER_NORM_PREFETCH=1",
-                            "TIGON_LAYER_NORM_FWD_NV=2 TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 "
-                            "TIGON_LAYER_NORM_PREFETCH=1",
-                            "TIGON_LAYER_NORM_FWD_NV=1 TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=2",
-                            "TIGON_LAYER_NORM_FWD_NV=4 TIGON_LAYER_NORM_BWD_NV=4 TIGON_LAYER_NORM_BWD_ROWS=1",
-                            "TIGON_LAYER_NORM_BWD_NV=1",
-                            "TIGON_LAYER_NORM_BWD_NV=2 TIGON_LAYER_NORM_BWD_ROWS=1 TIGON_LAYER_NORM_BWD_DB_SMEM=1"}) {
-    EXPECT_EQ(run_self_with(knobs, "Shapes/LayerNormCuda.*"), 0) << knobs;
-  }
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(short_name(std::get<0>(c))) + "_p" + short_name(std::get<1>(c)) + (std::get<2>(c) ? "_w" : "") +
+         (std::get<3>(c) ? "_b" : "") + "_" + std::to_string(std::get<4>(c)) + "x" + std::to_string(std::get<5>(c)) +
+         "_pad" + std::to_string(std::get<6>(c));
 }
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormCuda, ::testing::ValuesIn(kShapes), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormCudaUncached, ::testing::ValuesIn(kShapes), case_name);
 
 TEST(LayerNormCudaApi, WorkspaceTooSmallIsAnError) {
   SKIP_WITHOUT_GPU();

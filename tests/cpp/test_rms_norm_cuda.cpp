@@ -16,10 +16,12 @@ namespace {
 using Case = std::tuple<DType, DType, DType, int, int64_t, int64_t, int64_t>;  // x, w, y, mode, rows, cols, pad
 
 class RmsNormCuda : public ::testing::TestWithParam<Case> {};
+// The same cases on the uncached kernels (tigon_testing_norm_uncached), which the plan otherwise keeps for long,
+// unaligned or odd rows.
+class RmsNormCudaUncached : public UncachedNorms, public ::testing::WithParamInterface<Case> {};
 
-TEST_P(RmsNormCuda, MatchesReference) {
-  SKIP_WITHOUT_GPU();
-  const auto [xt, wt, yt, mode, rows, cols, pad] = GetParam();
+void check_case(const Case& c) {
+  const auto [xt, wt, yt, mode, rows, cols, pad] = c;
   std::mt19937 rng(99 + rows + cols);
   const float offset = mode == TIGON_RMS_NORM_GEMMA ? 1.f : 0.f;
   const tigon::RMSNormParams p{1e-5f, offset, tigon_rms_norm_casting_t(mode)};
@@ -66,9 +68,17 @@ TEST_P(RmsNormCuda, MatchesReference) {
   EXPECT_EQ(worst_ratio(gdw.fetch(), first_dw, 0, 0), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, RmsNormCuda,
-    ::testing::Values(
+TEST_P(RmsNormCuda, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  check_case(GetParam());
+}
+
+TEST_P(RmsNormCudaUncached, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  check_case(GetParam());
+}
+
+const Case kShapes[] = {
         // cached kernels: aligned rows
         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 64, 4096, 0},
         Case{DType::kBFloat16, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 33, 2048, 8},
@@ -77,18 +87,21 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_NONE, 9, 4096, 4},
         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 1000, 8, 0},
         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 3, 5120, 0},
-        // two-pass kernels: odd lengths, unaligned rows, rows too long to cache
+        // uncached kernels: odd lengths, unaligned rows, rows too long to cache
         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 5, 123, 0},
         Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 3, 65537, 0},
         Case{DType::kFloat16, DType::kFloat32, DType::kFloat16, TIGON_RMS_NORM_LLAMA, 4, 4096, 1},
         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_GEMMA, 6, 65536, 0},
-        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 1, 1, 0}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return std::string(short_name(std::get<0>(c))) + "_w" + short_name(std::get<1>(c)) + "_y" +
-             short_name(std::get<2>(c)) + "_" + mode_name(std::get<3>(c)) + "_" + std::to_string(std::get<4>(c)) +
-             "x" + std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
-    });
+        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 1, 1, 0}};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(short_name(std::get<0>(c))) + "_w" + short_name(std::get<1>(c)) + "_y" +
+         short_name(std::get<2>(c)) + "_" + mode_name(std::get<3>(c)) + "_" + std::to_string(std::get<4>(c)) + "x" +
+         std::to_string(std::get<5>(c)) + "_pad" + std::to_string(std::get<6>(c));
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCuda, ::testing::ValuesIn(kShapes), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCudaUncached, ::testing::ValuesIn(kShapes), case_name);
 
 TEST(RmsNormCudaApi, WorkspaceTooSmallIsAnError) {
   SKIP_WITHOUT_GPU();

@@ -22,6 +22,18 @@ needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason=NO_CUDA_REASON)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
+
+@pytest.fixture
+def uncached_norms():
+    """Runs a test on the RMSNorm / LayerNorm uncached kernels (a test hook of the library), then the library's plan."""
+    import ctypes
+
+    from tigon import _lib
+    select = _lib.declare("tigon_testing_norm_uncached", [ctypes.c_int])
+    _lib.check(select(1))
+    yield
+    _lib.check(select(0))
+
 # The tests past 2^31 elements hold 30-60 GiB of the GPU each. Under pytest-xdist several ran at once on the H200
 # and two ran out of memory (49 + 57 GiB held by two workers); with `--dist loadgroup` (scripts/gpu-check) this group
 # runs on one worker, one test at a time, and each test hands its cached blocks back when it ends.

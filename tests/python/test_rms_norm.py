@@ -198,6 +198,22 @@ def test_weight_gradient_is_deterministic():
 
 
 @needs_cuda
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype,w_dtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+                                           (torch.float16, torch.float16), (torch.float32, torch.float32)])
+@pytest.mark.parametrize("shape", [(1000, 8), (257, 1000), (64, 4096), (4, 16384)])
+def test_uncached_kernels_match_reference(uncached_norms, mode, dtype, w_dtype, shape):
+    """The uncached kernels at the shapes the library's plan gives the cached ones; strided rows, the in-place
+    backward and a deterministic weight gradient on them too."""
+    x, w, offset = make_inputs(shape, dtype, w_dtype, mode, "cuda")
+    run_and_check(x, w, offset, mode)
+    if shape == (64, 4096) and mode == "llama":
+        test_strided_rows_and_no_weight("cuda", dtype)
+        test_in_place_backward_writes_dx_over_dy("cuda")
+        test_weight_gradient_is_deterministic()
+
+
+@needs_cuda
 def test_more_than_2_31_elements():
     rows, cols = (2**31) // 4096 + 3, 4096  # 2^31 + 12288 elements: offsets past int32
     x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)

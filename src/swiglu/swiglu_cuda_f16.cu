@@ -1,6 +1,0 @@
-// SwiGLU / GeGLU kernels for __half (one file per dtype keeps each translation unit small and the build parallel).
-#include "swiglu/swiglu_launch.cuh"
-
-namespace tigon::swiglu {
-TIGON_SWIGLU_INSTANTIATE(__half)
-}  // namespace tigon::swiglu
