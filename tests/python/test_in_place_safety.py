@@ -153,13 +153,11 @@ def test_output_gradient_an_op_saved_raises(device, op):
         dy.sum().backward()
 
 
-@pytest.mark.parametrize("op", ["swiglu", "cross_entropy"])
-def test_under_compile_an_op_that_saved_the_buffer_still_raises(op):
-    # CPU (aot_eager): the backward is traced when compiled, so the error comes then, never a wrong gradient
+def test_under_compile_cross_entropy_over_a_saved_tensor_raises():
+    # CPU (aot_eager): the forward marks the logits dirty, so the trace raises, never a wrong gradient. (The in-place
+    # backwards of the other ops bump versions only in eager mode: a bump inside a compiled backward breaks the
+    # tracing of every patched model, so under torch.compile their in_place options rely on the caller.)
     x, t = logits_and_target(4, 16, "cpu")
-    if op == "swiglu":
-        fn = lambda z: swiglu(z.exp(), z * 2, in_place=True).sum()  # noqa: E731
-    else:
-        fn = lambda z: cross_entropy(z.exp(), t, in_place=True)  # noqa: E731
+    fn = lambda z: cross_entropy(z.exp(), t, in_place=True)  # noqa: E731
     with pytest.raises(Exception, match=IN_PLACE_ERROR):
         torch.autograd.grad(torch.compile(fn, fullgraph=True, backend="aot_eager")(x), x)

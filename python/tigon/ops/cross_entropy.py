@@ -210,8 +210,8 @@ class _CrossEntropy(torch.autograd.Function):
         if not ctx.saved_tensors or grad_loss is None:  # the logits need no gradient, or the loss was not used
             return (None,) * 12
         (grad,) = ctx.saved_tensors
-        # scaled below: a second backward (retain_graph) must raise, not scale it twice
-        torch.autograd.graph.increment_version(grad)
+        if not compiling():  # scaled below: a second backward (retain_graph) must raise, not scale it twice
+            torch.autograd.graph.increment_version(grad)
         # The gradient buffer is ours (or the logits', given up by in_place): scale it where it lies.
         if compiling():
             torch.ops.tigon.cross_entropy_scale_(grad, grad_loss)

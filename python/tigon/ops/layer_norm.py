@@ -200,7 +200,7 @@ class _LayerNorm(torch.autograd.Function):
                 dw, db = torch.ops.tigon.layer_norm_bwd_(dy, x, weight, bias, mean, rstd, need_dw, need_db)
             else:
                 dw, db = _bwd_inplace_impl(dy, x, weight, bias, mean, rstd, need_dw, need_db)
-            torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
+                torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
             dx = dy
         elif compiling():
             dx, dw, db = torch.ops.tigon.layer_norm_bwd(dy, x, weight, bias, mean, rstd, need_dw, need_db)

@@ -201,7 +201,7 @@ class _RMSNorm(torch.autograd.Function):
                 dw = torch.ops.tigon.rms_norm_bwd_(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
             else:
                 dw = _bwd_inplace_impl(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
-            torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
+                torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
             dx = dy
         elif compiling():
             dx, dw = torch.ops.tigon.rms_norm_bwd(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)

@@ -223,7 +223,7 @@ def _rotate_grad(g, cos, sin, layout: int, interleaved: bool, in_place: bool):
             torch.ops.tigon.rope_bwd_(g, cos, sin, layout, interleaved)
         else:
             _bwd_inplace_impl(g, cos, sin, layout, interleaved)
-        torch.autograd.graph.increment_version(g)  # g now holds the input gradient: a saver of g raises
+            torch.autograd.graph.increment_version(g)  # g now holds the input gradient: a saver of g raises
         return g
     g = _contiguous_rows(g)
     if compiling():
@@ -242,7 +242,7 @@ def _rotate_grads(dq, dk, cos, sin, layout: int, interleaved: bool, in_place: bo
             torch.ops.tigon.rope_qk_bwd_(dq, dk, cos, sin, layout, interleaved)
         else:
             _qk_bwd_inplace_impl(dq, dk, cos, sin, layout, interleaved)
-        torch.autograd.graph.increment_version((dq, dk))
+            torch.autograd.graph.increment_version((dq, dk))
         return dq, dk
     dq, dk = _contiguous_rows(dq), _contiguous_rows(dk)
     if compiling():

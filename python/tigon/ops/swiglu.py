@@ -213,7 +213,7 @@ def _grad_rows(dc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _overwritten(*ts: torch.Tensor) -> None:
     # New versions for autograd: another op that saved a, b (e.g. exp(x) saves its output) now raises torch's
-    # in-place error instead of reading gradients (under torch.compile too: its backward trace then fails).
+    # in-place error instead of reading gradients. Under torch.compile the ops' (a!) schemas say it instead.
     torch.autograd.graph.increment_version(ts)
 
 
@@ -234,7 +234,7 @@ class _GLU(torch.autograd.Function):
                 torch.ops.tigon.swiglu_bwd_(dc, a, b, ctx.act, *ctx.mult)
             else:
                 _bwd_inplace_impl(dc, a, b, ctx.act, *ctx.mult)
-            _overwritten(a, b)
+                _overwritten(a, b)
             da, db = a, b
         elif compiling():
             da, db = torch.ops.tigon.swiglu_bwd(dc, a, b, ctx.act, *ctx.mult)
@@ -263,7 +263,7 @@ class _FusedGLU(torch.autograd.Function):
                 torch.ops.tigon.swiglu_fused_bwd_(dc, gate_up, ctx.act, *ctx.mult)
             else:
                 _fused_bwd_inplace_impl(dc, gate_up, ctx.act, *ctx.mult)
-            _overwritten(gate_up)
+                _overwritten(gate_up)
             dgate_up = gate_up
         elif compiling():
             dgate_up = torch.ops.tigon.swiglu_fused_bwd(dc, gate_up, ctx.act, *ctx.mult)
