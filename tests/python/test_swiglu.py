@@ -397,9 +397,9 @@ def test_in_place_full_pass_allocates_only_the_output(fused):
     M, N = 8192, 14336  # the benchmark's shape: c is 224 MiB in bf16
     if fused:
         src = torch.randn(M, 2 * N, device="cuda", dtype=torch.bfloat16).requires_grad_()
-        args = (src,)
+        args = (src * 1,)  # in place takes intermediates (a leaf's gradient would overwrite it)
     else:
-        args = tuple(torch.randn(M, N, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(2))
+        args = tuple(torch.randn(M, N, device="cuda", dtype=torch.bfloat16).requires_grad_() * 1 for _ in range(2))
     dc = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

@@ -116,8 +116,11 @@ def test_trainer_callback_matches_the_unpatched_trainer(tmp_path):
     assert model.tigon_patched["loss"] == 1 and type(model.model.norm).__name__.startswith("Tigon")
     assert len(got) == 3
     assert_close(got.float(), ref, name="Trainer losses")
+    # AdamW divides by sqrt(v): where a gradient is near zero, fp32 differences in it move the step by a fraction of
+    # the learning rate (1e-3), so parameters are held to a tenth of it rather than to fp32 rounding
     for (name, p), p_ref in zip(model.named_parameters(), ref_model.parameters()):
-        assert_close(p.detach(), p_ref.detach().double(), name=name)
+        torch.testing.assert_close(p.detach().double(), p_ref.detach().double(), atol=1e-4, rtol=1e-4,
+                                   msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_trainer_callback_refuses_an_unknown_option():

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from tigon.bench.report import Skip
 from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, stream_fwd_full, time_checked
-from tigon.bench.timing import peak_extra_mib, time_ms
+from tigon.bench.timing import input_copy, peak_extra_mib, time_ms
 
 OP = "cross_entropy"
 GPU_SHAPES = [(8192, 128256), (4096, 32000)]  # first = the headline (Llama 3 vocabulary, 8k tokens)
@@ -57,7 +57,7 @@ def _time_impl(fn, overwrites, x, t, ctx, impl: str) -> dict:
     with torch.no_grad():
         fwd_ms = time_ms(lambda: fn(x, t), device, reps, warmup)  # no grad wanted: nothing is overwritten
 
-    fresh = (lambda: x.detach().clone().requires_grad_(True)) if overwrites else (lambda: x.detach().requires_grad_())
+    fresh = (lambda: input_copy(x, True)) if overwrites else (lambda: x.detach().requires_grad_())
 
     def forward_only():
         xg = fresh()
@@ -76,7 +76,7 @@ def _time_impl(fn, overwrites, x, t, ctx, impl: str) -> dict:
 
 
 def _check(fn, overwrites, x, t, ref_loss, ref_grad) -> dict:
-    xg = x.detach().clone().requires_grad_(True)
+    xg = input_copy(x, True)
     loss = fn(xg, t)
     (g,) = torch.autograd.grad(loss, xg)
     return {"err_loss": abs(loss.item() - ref_loss), "err_dx": (g.float() - ref_grad).abs().max().item()}

@@ -8,7 +8,7 @@ import importlib
 import torch
 
 from tigon.bench.report import Skip
-from tigon.bench.timing import graph_time_ms, peak_extra_mib, rotated_copies, stream_time_ms, time_ms
+from tigon.bench.timing import graph_time_ms, input_copy, peak_extra_mib, rotated_copies, stream_time_ms, time_ms
 
 __all__ = ["bench_shapes", "liger", "make_impls", "time_fwd_bwd", "stream_fwd_full", "run_checks", "time_checked"]
 
@@ -63,7 +63,7 @@ def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> d
     device, reps, warmup = ctx.device, ctx.reps, ctx.warmup
     with torch.no_grad():
         fwd_ms = time_ms(lambda: fn(*inputs), device, reps, warmup)
-    args = [t.detach().requires_grad_() if i in grad_of else t for i, t in enumerate(inputs)]
+    args = [input_copy(t, True) if i in grad_of else t for i, t in enumerate(inputs)]
     leaves = tuple(args[i] for i in grad_of)
 
     def full():
@@ -92,7 +92,7 @@ def stream_fwd_full(fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, fu
     its inputs, so each of its calls gets a fresh copy (stream_time_ms's fresh)."""
     if ctx.device.type != "cuda":
         return {}
-    sets = rotated_copies(tuple(t.detach().requires_grad_(i in grad_of) if isinstance(t, torch.Tensor) else t
+    sets = rotated_copies(tuple(input_copy(t, i in grad_of) if isinstance(t, torch.Tensor) else t
                                 for i, t in enumerate(inputs)), ctx.device)
 
     def full(*args):

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from tigon.bench.report import Skip
 from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.timing import input_copy
 
 
 GPU_SHAPES = [(8192, 14336)]  # Llama-3-8B's intermediate size, 8192 tokens
@@ -68,7 +69,7 @@ IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_c
 # ---- measurement ------------------------------------------------------------------------------------------------------
 
 def _forward_backward(fn, a, b, dc):
-    ag, bg = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    ag, bg = input_copy(a, True), input_copy(b, True)
     c = fn(ag, bg)
     da, db = torch.autograd.grad(c, (ag, bg), dc)
     return c, da, db

@@ -94,6 +94,13 @@ def graph_time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: i
     return ms
 
 
+def input_copy(t: torch.Tensor, requires_grad: bool | None = None) -> torch.Tensor:
+    """A copy of t; one that requires grad is a non-leaf, as the activations and logits a model hands an op are (ops
+    that write over an input refuse leaves that require grad)."""
+    requires_grad = t.requires_grad if requires_grad is None else requires_grad
+    return t.detach().requires_grad_().mul(1) if requires_grad else t.detach().clone()
+
+
 _ROTATE_BYTES = 256 << 20  # input copies cycled by stream_time_ms: > 4x the H200's 60 MB L2
 
 
@@ -106,7 +113,7 @@ def rotated_copies(tensors: tuple, device: torch.device) -> list[tuple]:
     if device.type == "cuda":  # never crowd out the run: the copies get at most a quarter of what is free
         free, _ = torch.cuda.mem_get_info(device)
         n = max(1, min(n, free // 4 // max(nbytes, 1)))
-    clone = lambda t: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t  # noqa
+    clone = lambda t: input_copy(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
     return [tensors] + [tuple(clone(t) for t in tensors) for _ in range(n - 1)]
 
 
@@ -152,7 +159,7 @@ def _fresh_stream_time_ms(fn: Callable, src: tuple, device: torch.device, calls:
     nbytes = sum(t.numel() * t.element_size() for t in src if isinstance(t, torch.Tensor))
     free, _ = torch.cuda.mem_get_info(device)  # never crowd out the run: the copies get at most a quarter of it
     calls = max(1, min(calls, free // 4 // max(nbytes, 1)))
-    clone = lambda t: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t  # noqa
+    clone = lambda t: input_copy(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
     copies = [tuple(clone(t) for t in src) for _ in range(calls)]
 
     def restore():
