@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TigonError", "TigonArgumentError", "TigonCPUWarning", "CPU_PATH_NOTE", "TigonTensor", "TENSOR_P", "lib", "library_path", "declare", "tensor_arg",
+__all__ = ["TigonError", "TigonArgumentError", "TigonDTypeError", "TigonCPUWarning", "CPU_PATH_NOTE", "TigonTensor", "TENSOR_P", "lib", "library_path", "declare", "tensor_arg",
            "check", "stream_of"]
 
 
@@ -23,7 +23,11 @@ class TigonError(RuntimeError):
 
 
 class TigonArgumentError(TigonError, ValueError):
-    """Invalid input (dtype, shape, stride, device or option), reported by the C library."""
+    """Invalid input (shape, stride, device or option), reported by the C library."""
+
+
+class TigonDTypeError(TigonArgumentError, TypeError):
+    """An argument of a dtype the op does not take: a TypeError, as torch's own ops raise for one."""
 
 
 class TigonCPUWarning(UserWarning):
@@ -119,7 +123,10 @@ def check(status: int) -> None:
     """Raises the C library's error for a non-zero status."""
     if status != 0:
         msg = lib.tigon_last_error().decode()
-        raise (TigonArgumentError if status == _STATUS_INVALID_ARGUMENT else TigonError)(msg)
+        if status != _STATUS_INVALID_ARGUMENT:
+            raise TigonError(msg)
+        # The C API's convention for a dtype error (src/common/error.h, fail_dtype): "argument '<name>': dtype ...".
+        raise (TigonDTypeError if "': dtype " in msg else TigonArgumentError)(msg)
 
 
 # Per layout (shape, strides, dtype, device): everything of a descriptor but the data pointer, packed once. Building
@@ -128,11 +135,17 @@ _layouts: dict = {}
 _pack_ptr = struct.Struct("<Q").pack
 
 
+def _dlpack_code(t: torch.Tensor) -> tuple[int, int]:
+    # A dtype no op takes (float64, bool, complex, ...): described faithfully, so the C API refuses it by name.
+    code = 6 if t.dtype == torch.bool else 5 if t.is_complex() else 2 if t.is_floating_point() else 0
+    return code, 8 * t.element_size()
+
+
 def _layout(t: torch.Tensor, key):
     nd = t.dim()
     dims = (ctypes.c_int64 * max(1, 2 * nd))(*t.shape, *t.stride())
     addr = ctypes.addressof(dims)
-    code, bits = _DTYPE_CODES[t.dtype]
+    code, bits = _DTYPE_CODES.get(t.dtype) or _dlpack_code(t)
     tail = struct.pack("<iiiBBHQQQ", _DEVICE_TYPES[t.device.type], t.device.index or 0, nd, code, bits, 1,
                        addr, addr + 8 * nd, 0)
     if len(_layouts) > 4096:  # bounded; descriptors already built keep their own arrays alive (_keep)

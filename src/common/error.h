@@ -25,6 +25,13 @@ template <class... Ts>
   throw Error(TIGON_ERROR_INVALID_ARGUMENT, cat("argument '", arg, "': ", parts...));
 }
 
+// An argument of the wrong dtype: "argument 'x': dtype int64 ...". Same status as fail_arg; the message's "': dtype "
+// is the convention front ends read to raise a type error (Python's TypeError) rather than a value error.
+template <class... Ts>
+[[noreturn]] void fail_dtype(const char* arg, const Ts&... parts) {
+  fail_arg(arg, "dtype ", parts...);
+}
+
 template <class... Ts>
 [[noreturn]] void fail(tigon_status_t status, const Ts&... parts) {
   throw Error(status, cat(parts...));

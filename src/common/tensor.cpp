@@ -33,7 +33,7 @@ DType dtype_of(const tigon_tensor& t, const char* arg) {
     if (d.code == TIGON_DTYPE_CODE_INT && d.bits == 32) return DType::kInt32;
     if (d.code == TIGON_DTYPE_CODE_INT && d.bits == 64) return DType::kInt64;
   }
-  fail_arg(arg, "unsupported dtype (code ", int(d.code), ", bits ", int(d.bits), ", lanes ", int(d.lanes), ")");
+  fail_dtype(arg, "(code ", int(d.code), ", bits ", int(d.bits), ", lanes ", int(d.lanes), ") is not supported");
 }
 
 int64_t numel(const tigon_tensor& t) {
@@ -119,7 +119,7 @@ void check_dtype_in(DType got, const char* arg, std::initializer_list<DType> all
     list += list.empty() ? "" : ", ";
     list += dtype_name(d);
   }
-  fail_arg(arg, "dtype ", dtype_name(got), " is not supported here (expected one of: ", list, ")");
+  fail_dtype(arg, dtype_name(got), " is not supported here (expected one of: ", list, ")");
 }
 
 }  // namespace tigon

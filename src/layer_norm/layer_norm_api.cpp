@@ -84,7 +84,7 @@ tigon_status_t tigon_layer_norm_fwd(const tigon_tensor* x, const tigon_tensor* w
       DType b_dtype;
       p.b = check_param(bias, "bias", xt, p.x, &b_dtype);
       if (weight && b_dtype != p.p_dtype)
-        fail_arg("bias", "must have the weight's dtype ", dtype_name(p.p_dtype), ", got ", dtype_name(b_dtype));
+        fail_dtype("bias", dtype_name(b_dtype), " differs from the weight's ", dtype_name(p.p_dtype));
       p.p_dtype = b_dtype;
     }
     if ((mean == nullptr) != (rstd == nullptr))

@@ -76,7 +76,7 @@ Problem build(const tigon_tensor* x_in, const tigon_tensor* cos_in, const tigon_
   p.cs_dtype = dtype_of(c, "cos");
   check_dtype_in(p.cs_dtype, "cos", {DType::kFloat32, p.dtype});
   if (dtype_of(s, "sin") != p.cs_dtype)
-    fail_arg("sin", "must have cos's dtype ", dtype_name(p.cs_dtype), ", got ", dtype_name(dtype_of(s, "sin")));
+    fail_dtype("sin", dtype_name(dtype_of(s, "sin")), " differs from cos's ", dtype_name(p.cs_dtype));
   check_same_device(x, x_name, out, out_name);
   if (out.ndim != 4 || std::memcmp(out.shape, x.shape, 4 * sizeof(int64_t)) != 0)
     fail_arg(out_name, "must have ", x_name, "'s shape ", shape_string(x), ", got ", shape_string(out));
@@ -125,7 +125,7 @@ void check_pair(const tigon_tensor* q, const tigon_tensor* k, const char* q_name
                 const Problem& pq, const Problem& pk) {
   check_same_device(*q, q_name, *k, k_name);
   if (pk.dtype != pq.dtype)
-    fail_arg(k_name, "must have ", q_name, "'s dtype ", dtype_name(pq.dtype), ", got ", dtype_name(pk.dtype));
+    fail_dtype(k_name, dtype_name(pk.dtype), " differs from ", q_name, "'s ", dtype_name(pq.dtype));
   if (pk.dim != pq.dim) fail_arg(k_name, "head dim must be ", q_name, "'s ", pq.dim, ", got ", pk.dim);
   if (pk.size[0] != pq.size[0] || pk.size[pk.t_axis] != pq.size[pq.t_axis])
     fail_arg(k_name, "must have ", q_name, "'s batch and seq_len, got shape ", shape_string(*k), " vs ",

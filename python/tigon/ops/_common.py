@@ -12,22 +12,14 @@ def compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-_rows_ok: dict = {}
-
-
 def rows_ok(t: torch.Tensor) -> bool:
-    """Whether t is [..., cols] with last stride 1 and leading dimensions that flatten to one row stride >= cols:
-    the layout every row-wise kernel takes without a copy (mirrors as_rows in src/common/tensor.cpp)."""
-    key = (t.shape, t.stride())
-    ok = _rows_ok.get(key)
-    if ok is None:
-        if len(_rows_ok) > 4096:
-            _rows_ok.clear()
-        ok = _rows_ok[key] = _rows_ok_slow(*key)
-    return ok
+    """Whether the kernels read t as rows without a copy ([..., cols], last stride 1, leading dimensions that flatten
+    to one row stride >= cols; as_rows in src/common/tensor.cpp). Not a validation (the C API validates): callers
+    use it to choose a path, e.g. a permuted view or transformers' own code."""
+    return t.dim() > 0 and (t.is_contiguous() or _rows_ok(t.shape, t.stride()))
 
 
-def _rows_ok_slow(shape, strides) -> bool:
+def _rows_ok(shape, strides) -> bool:
     if len(shape) == 0:
         return False
     cols = shape[-1]
@@ -45,14 +37,6 @@ def _rows_ok_slow(shape, strides) -> bool:
     for size in shape[:-1]:
         rows *= size
     return row_stride is None or rows <= 1 or row_stride >= cols
-
-
-def check_row_layout(t: torch.Tensor, arg: str, op: str) -> None:
-    if not rows_ok(t):
-        raise ValueError(
-            f"{op}: argument '{arg}' has a layout the kernel cannot read in rows (shape {tuple(t.shape)}, strides "
-            f"{t.stride()}): the last dimension must be contiguous and the leading ones must flatten with one "
-            f"stride; pass {arg}.contiguous()")
 
 
 def refuse_leaf(t: torch.Tensor, arg: str, op: str) -> None:
