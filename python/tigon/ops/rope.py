@@ -197,39 +197,33 @@ def _bwd_inplace_fake(dy, cos, sin, layout, interleaved):
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
 
-def _writable_rows(g: torch.Tensor) -> bool:
-    """Whether a gradient can take the result in place: last dim contiguous and no broadcast (stride-0) dims."""
-    return (g.shape[-1] <= 1 or g.stride(-1) == 1) and all(s != 0 or n <= 1 for n, s in zip(g.shape, g.stride()))
-
-
 def _rotate_grad(g, cos, sin, layout: int, interleaved: bool, in_place: bool):
-    if in_place and _writable_rows(g):
+    # contiguous(): a sum()'s gradient is a stride-0 expansion, which neither kernel reads nor takes a result in place.
+    # It is free when g is contiguous (in place then writes over g itself), and traceable where reading strides is
+    # not (torch.compile's strict tracing of backward in torch < 2.7).
+    g = g.contiguous()
+    if in_place:
         if compiling():
             torch.ops.tigon.rope_bwd_(g, cos, sin, layout, interleaved)
         else:
             _bwd_inplace_impl(g, cos, sin, layout, interleaved)
             torch.autograd.graph.increment_version(g)  # g now holds the input gradient: a saver of g raises
         return g
-    g = _contiguous_rows(g)
     if compiling():
         return torch.ops.tigon.rope_bwd(g, cos, sin, layout, interleaved)
     return _bwd_impl(g, cos, sin, layout, interleaved)
 
 
-def _contiguous_rows(g: torch.Tensor) -> torch.Tensor:
-    return g.contiguous() if g.shape[-1] > 1 and g.stride(-1) != 1 else g  # e.g. the expanded gradient of a sum()
-
-
 def _rotate_grads(dq, dk, cos, sin, layout: int, interleaved: bool, in_place: bool):
     """Both input gradients in one C call (in place over the output gradients when allowed and possible)."""
-    if in_place and _writable_rows(dq) and _writable_rows(dk) and dq is not dk:
+    dq, dk = dq.contiguous(), dk.contiguous()  # as in _rotate_grad
+    if in_place and dq is not dk:
         if compiling():
             torch.ops.tigon.rope_qk_bwd_(dq, dk, cos, sin, layout, interleaved)
         else:
             _qk_bwd_inplace_impl(dq, dk, cos, sin, layout, interleaved)
             torch.autograd.graph.increment_version((dq, dk))
         return dq, dk
-    dq, dk = _contiguous_rows(dq), _contiguous_rows(dk)
     if compiling():
         return torch.ops.tigon.rope_qk_bwd(dq, dk, cos, sin, layout, interleaved)
     return _qk_bwd_impl(dq, dk, cos, sin, layout, interleaved)
