@@ -157,7 +157,9 @@ def test_family_matches_transformers(name, level, class_level, spies):
     assert out.logits is None  # training with labels: the fused loss never makes them
     assert spies["loss"] == 1 and spies["rope"] == ref.config.num_hidden_layers
     if FAMILIES[name].experts:
-        assert spies["gate"] > 0
+        # transformers defaults to grouped_mm experts, which call the gate Tigon replaces; without grouped_mm (torch <
+        # 2.9) it falls back to eager experts, which inline their own gate (test_moe_experts_implementations)
+        assert spies["gate"] > 0 or model.config._experts_implementation == "eager"
         assert_close(out.aux_loss.detach(), ref_out.aux_loss.detach().double(), torch.float32, name="aux_loss")
     compare(out.loss, ref_out.loss, "loss")
     assert grads.keys() == ref_grads.keys()
@@ -467,7 +469,14 @@ def test_torch_compile_fullgraph(name, spies):
     if MAY_NOT_COMPILE[name] and _compile_fails(ref, ids, labels):
         pytest.skip(f"transformers {transformers.__version__}'s own {name} model does not compile here")
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    out, grads = loss_and_grads(compiled, ids, labels)
+    try:
+        out, grads = loss_and_grads(compiled, ids, labels)
+    except Exception:  # Tigon's failure only if transformers' own model compiles (older torch may trace neither)
+        torch._dynamo.reset()
+        if _compile_fails(ref, ids, labels):
+            pytest.skip(f"transformers {transformers.__version__}'s own {name} model does not compile with torch "
+                        f"{torch.__version__}")
+        raise
     assert spies["loss"] >= 2  # the compiled forward took the fused loss too
     compare(out.loss, eager_out.loss, "loss")
     for pname, g in grads.items():

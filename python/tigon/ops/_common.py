@@ -12,6 +12,16 @@ def compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+# torch < 2.7's AOTAutograd refuses a compiled backward that writes over one of its inputs (a gradient handed in from
+# outside the graph): there the in-place backward variants run out of place under torch.compile.
+_COMPILED_BWD_MAY_MUTATE = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 7)
+
+
+def in_place_bwd(in_place: bool) -> bool:
+    """Whether backward may write the input gradient over the incoming one (in_place=True, and traceable)."""
+    return in_place and (_COMPILED_BWD_MAY_MUTATE or not compiling())
+
+
 def rows_ok(t: torch.Tensor) -> bool:
     """Whether the kernels read t as rows without a copy ([..., cols], last stride 1, leading dimensions that flatten
     to one row stride >= cols; as_rows in src/common/tensor.cpp). Not a validation (the C API validates): callers

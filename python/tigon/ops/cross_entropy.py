@@ -186,6 +186,8 @@ class _CrossEntropy(torch.autograd.Function):
         if need_grad:
             ctx.save_for_backward(grad)
         overwritten = logits if need_grad and in_place else None  # a dirty input must be returned
+        if overwritten is None and compiling():  # torch < 2.7 cannot trace a None output
+            overwritten = loss.new_empty(0)
         ctx.mark_non_differentiable(*(t for t in (z_loss, acc, pred, overwritten) if t is not None))
         # No zero-filled gradients for z_loss and acc (they have none): two kernel launches less per backward.
         ctx.set_materialize_grads(False)

@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import compiling
+from tigon.ops._common import compiling, in_place_bwd
 
 __all__ = ["layer_norm"]
 
@@ -152,7 +152,7 @@ class _LayerNorm(torch.autograd.Function):
         need_dw = weight is not None and ctx.needs_input_grad[1]
         need_db = bias is not None and ctx.needs_input_grad[2]
         dy = dy.contiguous()  # e.g. a sum()'s stride-0 gradient; free when contiguous, and traceable (no stride read)
-        if ctx.in_place:
+        if in_place_bwd(ctx.in_place):
             if compiling():
                 dw, db = torch.ops.tigon.layer_norm_bwd_(dy, x, weight, bias, mean, rstd, need_dw, need_db)
             else:

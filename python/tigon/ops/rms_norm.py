@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import compiling
+from tigon.ops._common import compiling, in_place_bwd
 
 __all__ = ["rms_norm", "CASTING_MODES"]
 
@@ -159,7 +159,7 @@ class _RMSNorm(torch.autograd.Function):
         x, weight, rstd = ctx.saved_tensors
         need_dw = weight is not None and ctx.needs_input_grad[1]
         dy = dy.contiguous()  # e.g. a sum()'s stride-0 gradient; free when contiguous, and traceable (no stride read)
-        if ctx.in_place and dy.dtype == x.dtype:
+        if in_place_bwd(ctx.in_place) and dy.dtype == x.dtype:
             if compiling():
                 dw = torch.ops.tigon.rms_norm_bwd_(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
             else:

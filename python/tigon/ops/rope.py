@@ -15,7 +15,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import compiling
+from tigon.ops._common import compiling, in_place_bwd
 
 __all__ = ["rope", "LAYOUTS"]
 
@@ -250,7 +250,7 @@ class _Rope(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        args = (cos, sin, ctx.layout, ctx.interleaved, ctx.in_place)
+        args = (cos, sin, ctx.layout, ctx.interleaved, in_place_bwd(ctx.in_place))
         want_q, want_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if want_q and want_k and dq is not None and dk is not None:
             dq, dk = _rotate_grads(dq, dk, *args)
