@@ -74,3 +74,19 @@ def test_expanded_gradient_of_a_sum(op):
     x64 = x.detach().double().requires_grad_()
     (g64,) = torch.autograd.grad(ref(x64).sum(), x64)
     torch.testing.assert_close(g.double(), g64, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_bad_shape_under_torch_compile_names_the_argument(name):
+    """The fakes do not call C: a bad shape must still end in the named error, not a crash."""
+    fn = torch.compile(cases[name], backend="aot_eager", fullgraph=True)
+    with pytest.raises(ValueError, match="argument 'weight'"):
+        fn(x8(), torch.ones(7))
+    torch._dynamo.reset()
+
+
+def test_bad_dtype_under_torch_compile_is_a_type_error():
+    fn = torch.compile(cases["cross_entropy"], backend="aot_eager", fullgraph=True)
+    with pytest.raises(TypeError, match="argument 'logits'"):
+        fn(x8(torch.float64), None)
+    torch._dynamo.reset()
