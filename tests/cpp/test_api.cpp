@@ -31,6 +31,27 @@ struct Fixture {
   tigon_rms_norm_params p{1e-6f, 0.f, TIGON_RMS_NORM_LLAMA};
 };
 
+// A dtype error reads "argument '<name>': dtype ..." (front ends raise a type error for it); no other error does.
+void expect_dtype_error(tigon_status_t st, const char* arg, bool dtype) {
+  expect_bad(st, arg);
+  const bool found = std::string(tigon_last_error()).find(std::string("'") + arg + "': dtype ") != std::string::npos;
+  EXPECT_EQ(found, dtype) << tigon_last_error();
+}
+
+TEST(Api, DTypeErrorsFollowTheMessageConvention) {
+  Fixture f;
+  tigon::TensorView int_x(f.x.data(), {4, 16}, tigon::dtype::int64);
+  expect_dtype_error(tigon_rms_norm_fwd(int_x, f.wv, f.yv, f.rv, f.p, nullptr), "x", true);
+  tigon::TensorView f64_w(f.w.data(), {8}, tigon_dtype{TIGON_DTYPE_CODE_FLOAT, 64, 1});  // a dtype Tigon does not know
+  expect_dtype_error(tigon_rms_norm_fwd(f.xv, f64_w, f.yv, f.rv, f.p, nullptr), "weight", true);
+  HostMat half_b(DType::kFloat16, 1, 16);
+  tigon::TensorView bv(half_b.data(), {16}, tigon::dtype::float16);
+  expect_dtype_error(tigon_layer_norm_fwd(f.xv, f.wv, bv, f.yv, nullptr, nullptr, tigon_layer_norm_params{1e-5f},
+                                          nullptr), "bias", true);
+  tigon::TensorView short_w(f.w.data(), {15}, tigon::dtype::float32);
+  expect_dtype_error(tigon_rms_norm_fwd(f.xv, short_w, f.yv, f.rv, f.p, nullptr), "weight", false);
+}
+
 TEST(Api, RmsNormForwardValidation) {
   Fixture f;
   ASSERT_EQ(tigon_rms_norm_fwd(f.xv, f.wv, f.yv, f.rv, f.p, nullptr), TIGON_SUCCESS) << tigon_last_error();
