@@ -17,8 +17,15 @@ import tigon.transformers
 def main(steps: int = 5) -> None:
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     model = LlamaForCausalLM(config).to(device)
     tigon.transformers.patch(model)  # in place: same parameters, same state dict
 

@@ -5,8 +5,8 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Isrc -Iinclude -o build/ce_stream bench/micro/ce_stream.cu -Lbuild -ltigon
 //   LD_LIBRARY_PATH=build build/ce_stream [rows cols [library variant ...]]
-// With variants named (tigon_testing_cross_entropy_kernel's names), only the library's forward (gradient over the logits, MEAN) runs,
-// each variant on the same buffer, with every 17th row ignored and with none.
+// With variants named (tigon_testing_cross_entropy_kernel's names), only the library's forward (gradient over the
+// logits, MEAN) runs, each variant on the same buffer, with every 17th row ignored and with none.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

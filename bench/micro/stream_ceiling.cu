@@ -1,17 +1,17 @@
 // How fast can an SM kernel stream the cross entropy pass's bytes (one read and one write of 2.1 GB, in place), and
 // which access style gets there? The row kernel runs ~1076 us where a device copy (the copy engine) takes ~990
-// (docs/performance/cross-entropy.md); ce_stream.cu's plain streaming kernels stopped at ~1061. This sweeps what those did not: the
-// cache hints of loads and stores, how many bytes are in flight, and a bulk-copy (TMA) kernel that moves the bytes
-// through shared memory with bulk loads and bulk stores, like the copy engine, with no per-thread stores at all.
-// Diagnostic only, not part of the library. CUDA events, median of 15, random bytes.
+// (docs/performance/cross-entropy.md); ce_stream.cu's plain streaming kernels stopped at ~1061. This sweeps what those
+// did not: the cache hints of loads and stores, how many bytes are in flight, and a bulk-copy (TMA) kernel that moves
+// the bytes through shared memory with bulk loads and bulk stores, like the copy engine, with no per-thread stores at
+// all. Diagnostic only, not part of the library. CUDA events, median of 15, random bytes.
 //
 // Measured on an H200 at git cd8bea0: copy engine 989-993 us, reads alone 499-504, writes alone 482
 // (their sum is the copy's time); every in-place streaming kernel 1059-1083 us whatever its cache hints, from 32 KB in
 // flight per SM up; the bulk-copy kernel 1114-1135 us with its default hints, 1072-1078 with an evict_first store or
 // an evict_normal load. No SM kernel here reached the copy engine.
 //
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -o build/stream_ceiling bench/micro/stream_ceiling.cu
-//   build/stream_ceiling [MB]
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -o build/stream_ceiling
+//   bench/micro/stream_ceiling.cu build/stream_ceiling [MB]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -190,9 +190,8 @@ int main(int argc, char** argv) {
   };
   char name[128];
 
-  report("memcpy d2d (copy engine), out of place", time_us([&] {
-           CHECK(cudaMemcpyAsync(y, x, size_t(bytes), cudaMemcpyDeviceToDevice));
-         }));
+  report("memcpy d2d (copy engine), out of place",
+         time_us([&] { CHECK(cudaMemcpyAsync(y, x, size_t(bytes), cudaMemcpyDeviceToDevice)); }));
   report("read only (L2::256B, 4 x 256 / SM, U=4)", time_us([&] { read_only<4><<<sms * 4, 256>>>(x, nvec, sink); }),
          double(bytes));
   report("write only (.cg, 4 x 256 / SM)", time_us([&] { write_only<<<sms * 4, 256>>>(y, nvec); }), double(bytes));
@@ -204,11 +203,16 @@ int main(int argc, char** argv) {
   };
   // Cache hints at the previous best shape (4 x 256 threads per SM, 4 loads in flight).
   const Hint hints[] = {
-      {"ld plain / st plain", stream<4, 0, 0>},     {"ld plain / st .cg", stream<4, 0, 1>},
-      {"ld .cs / st .cs", stream<4, 1, 2>},         {"ld 256B / st .cg", stream<4, 2, 1>},
-      {"ld 256B / st evict_first", stream<4, 2, 3>}, {"ld 256B / st evict_last", stream<4, 2, 4>},
-      {"ld 256B / st no L1", stream<4, 2, 5>},      {"ld evict_first / st .cg", stream<4, 3, 1>},
-      {"ld evict_first / st evict_first", stream<4, 3, 3>}, {"ld nc 256B / st .cg", stream<4, 4, 1>},
+      {"ld plain / st plain", stream<4, 0, 0>},
+      {"ld plain / st .cg", stream<4, 0, 1>},
+      {"ld .cs / st .cs", stream<4, 1, 2>},
+      {"ld 256B / st .cg", stream<4, 2, 1>},
+      {"ld 256B / st evict_first", stream<4, 2, 3>},
+      {"ld 256B / st evict_last", stream<4, 2, 4>},
+      {"ld 256B / st no L1", stream<4, 2, 5>},
+      {"ld evict_first / st .cg", stream<4, 3, 1>},
+      {"ld evict_first / st evict_first", stream<4, 3, 3>},
+      {"ld nc 256B / st .cg", stream<4, 4, 1>},
       {"ld nc 256B / st .cs", stream<4, 4, 2>},
   };
   for (const Hint& h : hints) {
@@ -240,7 +244,7 @@ int main(int argc, char** argv) {
   };
   const Tma tmas[] = {
       {1, 16, 8, 0, 0}, {1, 32, 6, 0, 0}, {1, 64, 3, 0, 0}, {1, 32, 4, 0, 0}, {1, 16, 12, 0, 0}, {2, 16, 6, 0, 0},
-      {2, 32, 3, 0, 0}, {3, 16, 4, 0, 0}, {4, 8, 6, 0, 0},  {1, 32, 6, 1, 0}, {1, 32, 6, 0, 1}, {1, 32, 6, 0, 2},
+      {2, 32, 3, 0, 0}, {3, 16, 4, 0, 0}, {4, 8, 6, 0, 0},  {1, 32, 6, 1, 0}, {1, 32, 6, 0, 1},  {1, 32, 6, 0, 2},
       {1, 32, 6, 0, 3}, {1, 32, 6, 0, 4}, {2, 16, 6, 0, 2}, {2, 16, 6, 0, 4},
   };
   for (const Tma& t : tmas) {
@@ -251,12 +255,12 @@ int main(int argc, char** argv) {
     const TK k = tks[t.hint];
     std::snprintf(name, sizeof name, "tma copy %dx/SM %2d KB x %2d stages %s%s", t.per_sm, t.chunk_kb, t.stages,
                   t.contiguous ? "contiguous" : "grid-stride", tk_names[t.hint]);
-    report(name, time_us([&] { k<<<sms * t.per_sm, 32, smem>>>(reinterpret_cast<char*>(x), nchunks, chunk, t.stages,
-                                                                 t.contiguous); }));
+    report(name, time_us([&] {
+             k<<<sms * t.per_sm, 32, smem>>>(reinterpret_cast<char*>(x), nchunks, chunk, t.stages, t.contiguous);
+           }));
   }
-  report("memcpy d2d (copy engine), out of place, again", time_us([&] {
-           CHECK(cudaMemcpyAsync(y, x, size_t(bytes), cudaMemcpyDeviceToDevice));
-         }));
+  report("memcpy d2d (copy engine), out of place, again",
+         time_us([&] { CHECK(cudaMemcpyAsync(y, x, size_t(bytes), cudaMemcpyDeviceToDevice)); }));
   CHECK(cudaFree(x));
   CHECK(cudaFree(y));
   CHECK(cudaFree(sink));

@@ -1,5 +1,6 @@
 """The table before-after.sh prints: per op and shape, Tigon's steady-state fwd / full device ms in each run of each
 side (the median over the rounds) and after / before; then the train step's ms and peak memory."""
+
 import json
 import statistics
 import sys
@@ -22,18 +23,26 @@ def main(d: Path) -> None:
                 times.setdefault(key, {}).setdefault(side, []).append((fwd, full))
     print(f"{'op':28} {'shape':18} {'before fwd/full ms':>22} {'after fwd/full ms':>22} {'after/before':>14}")
     for (op, shape), sides in times.items():
-        med = {s: [statistics.median(v[i] for v in sides[s] if v[i] is not None) if any(v[i] is not None
-                                                                                      for v in sides[s]) else None
-                   for i in (0, 1)] for s in sides}
+        med = {
+            s: [
+                statistics.median(v[i] for v in sides[s] if v[i] is not None)
+                if any(v[i] is not None for v in sides[s])
+                else None
+                for i in (0, 1)
+            ]
+            for s in sides
+        }
         b, a = med.get("before", [None, None]), med.get("after", [None, None])
         fmt = lambda p: " / ".join("-" if x is None else f"{x:.4f}" for x in p)  # noqa: E731
         ratio = " / ".join("-" if x is None or y is None else f"{y / x:.3f}" for x, y in zip(b, a))
         print(f"{op:28} {shape:18} {fmt(b):>22} {fmt(a):>22} {ratio:>14}")
     for side in ("before", "after"):
         for r in rows(d / f"train-{side}"):
-            print(f"train step {side:6} {r.get('impl'):6} {r.get('model')}: {r.get('step_ms', 0):.1f} ms, "
-                  f"{r.get('tokens_per_s', 0):,.0f} tok/s, peak fwd+bwd {r.get('peak_fwd_bwd_gib', 0):.2f} GiB, "
-                  f"peak {r.get('peak_gib', 0):.2f} GiB")
+            print(
+                f"train step {side:6} {r.get('impl'):6} {r.get('model')}: {r.get('step_ms', 0):.1f} ms, "
+                f"{r.get('tokens_per_s', 0):,.0f} tok/s, peak fwd+bwd {r.get('peak_fwd_bwd_gib', 0):.2f} GiB, "
+                f"peak {r.get('peak_gib', 0):.2f} GiB"
+            )
 
 
 if __name__ == "__main__":

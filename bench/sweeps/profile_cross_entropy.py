@@ -13,6 +13,7 @@ in place, each call on its own fresh copy of the logits, as the benchmark; "cyc"
 (the benchmark's old method: most calls read an earlier call's gradient); "oop" writes the
 gradient to another buffer (the same bytes move).
 """
+
 import argparse
 import ctypes
 
@@ -33,8 +34,7 @@ ap.add_argument("--dtype", default="bfloat16")
 ap.add_argument("--loss-only", action="store_true")
 ap.add_argument("--ignore-every", type=int, default=17)
 ap.add_argument("--steady", action="store_true")
-ap.add_argument("variants", nargs="*",
-                default=["cluster", "cluster4", "cluster7", "classic"])
+ap.add_argument("variants", nargs="*", default=["cluster", "cluster4", "cluster7", "classic"])
 args = ap.parse_args()
 
 M, V = map(int, args.shape.split("x"))
@@ -43,7 +43,7 @@ gen = torch.Generator(device=dev).manual_seed(0)
 x0 = (torch.randn(M, V, generator=gen, device=dev) * 2).to(getattr(torch, args.dtype))
 t = torch.randint(0, V, (M,), generator=gen, device=dev)
 if args.ignore_every > 0:
-    t[::args.ignore_every] = -100
+    t[:: args.ignore_every] = -100
 nbytes = (1 if args.loss_only else 2) * M * V * x0.element_size()
 if args.loss_only:  # (logits, target, weight, ignore_index, smoothing, z, softcap, reduction, need_grad)
     fwd_ = lambda x, *a: torch.ops.tigon.cross_entropy_fwd(x, *a, False)  # noqa: E731
@@ -63,11 +63,16 @@ for name in args.variants:
     steady = ""
     if args.steady and not args.loss_only:
         sms = stream_time_ms(lambda xc: fwd_(xc, t, None, -100, 0.0, 0.0, 0.0, 1), [(x0,)], dev, ms, fresh=True)
-        cyc = stream_time_ms(lambda xc: fwd_(xc, t, None, -100, 0.0, 0.0, 0.0, 1), rotated_copies((x0.clone(),), dev),
-                             dev, ms)
-        oop = stream_time_ms(lambda xc: torch.ops.tigon.cross_entropy_fwd(xc, t, None, -100, 0.0, 0.0, 0.0, 1, True),
-                             [(x0,)], dev, ms)
+        cyc = stream_time_ms(
+            lambda xc: fwd_(xc, t, None, -100, 0.0, 0.0, 0.0, 1), rotated_copies((x0.clone(),), dev), dev, ms
+        )
+        oop = stream_time_ms(
+            lambda xc: torch.ops.tigon.cross_entropy_fwd(xc, t, None, -100, 0.0, 0.0, 0.0, 1, True), [(x0,)], dev, ms
+        )
         steady = f"steady {sms * 1e3:7.1f} us  cyc {cyc * 1e3:7.1f}  oop {oop * 1e3:7.1f}  "
-    print(f"{name:9s} ran {ran:9s} {ms * 1e3:8.1f} us  {nbytes / ms / 1e9:5.2f} TB/s  {steady}"
-          f"loss {loss:.6f} (d {loss - ref[0]:+.1e})  max|dgrad| vs first {err:.1e}", flush=True)
+    print(
+        f"{name:9s} ran {ran:9s} {ms * 1e3:8.1f} us  {nbytes / ms / 1e9:5.2f} TB/s  {steady}"
+        f"loss {loss:.6f} (d {loss - ref[0]:+.1e})  max|dgrad| vs first {err:.1e}",
+        flush=True,
+    )
 _select(None)

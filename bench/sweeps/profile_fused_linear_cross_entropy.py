@@ -11,6 +11,7 @@ grouped times and the wall time only. --sweep: the whole pass's wall time and pe
 GEMMs' tile and wave counts change with the chunk: 16384 tokens in 3 chunks of 5462 leave a partial last wave of dX's
 tiles; 4096-token chunks fill whole waves for 128 x 256 tiles but add a pass over dW's fp32 accumulator).
 """
+
 import argparse
 import collections
 
@@ -26,8 +27,11 @@ ap.add_argument("--shape", default="16384x4096x128256")
 ap.add_argument("--reps", type=int, default=3)
 ap.add_argument("--chunk", type=int, default=0)
 ap.add_argument("--brief", action="store_true")
-ap.add_argument("--sweep", default="4096,4608,5120",
-                help="chunk sizes (tokens) to time the whole pass at, beside the op's own choice ('' for none)")
+ap.add_argument(
+    "--sweep",
+    default="4096,4608,5120",
+    help="chunk sizes (tokens) to time the whole pass at, beside the op's own choice ('' for none)",
+)
 ap.add_argument("--device", default="cuda")  # cpu: a smoke test of this script (no kernels to group)
 args = ap.parse_args()
 
@@ -70,7 +74,9 @@ def check(n=512, v=32000):
     ref = torch.nn.functional.cross_entropy(xr @ wr.T, ts)
     rdx, rdw = torch.autograd.grad(ref, (xr, wr))
     rel = lambda a, b: ((a.float() - b).abs().max() / b.abs().max()).item()  # noqa: E731
-    print(f"  check {n}x{H}x{v}: loss {loss.item():.6f} vs {ref.item():.6f}, dX {rel(dx, rdx):.1e}, dW {rel(dw, rdw):.1e}")
+    print(
+        f"  check {n}x{H}x{v}: loss {loss.item():.6f} vs {ref.item():.6f}, dX {rel(dx, rdx):.1e}, dW {rel(dw, rdw):.1e}"
+    )
 
 
 check()
@@ -89,8 +95,10 @@ for e in prof.events():
         by_kind[kind(e.name)] += us / args.reps
         by_name[e.name] += us / args.reps
 total = sum(by_kind.values()) or float("nan")
-print(f"fused linear + CE {N}x{H}x{V} bf16, GEMMs by cuBLASLt, forward + backward, device time per pass (kernels "
-      f"summed): {total / 1e3:.2f} ms")
+print(
+    f"fused linear + CE {N}x{H}x{V} bf16, GEMMs by cuBLASLt, forward + backward, device time per pass (kernels "
+    f"summed): {total / 1e3:.2f} ms"
+)
 for k, us in by_kind.most_common():
     extra = f"  {flop / (us * 1e-6) / 1e12:6.1f} TFLOP/s" if k == "gemm" else ""
     print(f"  {k:22s} {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%{extra}")
@@ -101,9 +109,11 @@ if not args.brief:
     # The last pass's GEMMs in launch order (per chunk: logits, then the gradient products), each with its rate at the
     # op's chunk size: which product (dX's long K, dW's accumulation) falls short of the others.
     chunk_rows = chunk_plan(x, w)[1]
-    gemm_events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                          and kind(e.name) == "gemm"), key=lambda e: e.time_range.start)
-    last = gemm_events[len(gemm_events) - len(gemm_events) // args.reps:] if gemm_events else []
+    gemm_events = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and kind(e.name) == "gemm"),
+        key=lambda e: e.time_range.start,
+    )
+    last = gemm_events[len(gemm_events) - len(gemm_events) // args.reps :] if gemm_events else []
     print(f"  GEMMs of the last pass, in launch order (chunk {chunk_rows} rows; TFLOP/s at 2·chunk·H·V):")
     for e in last:
         us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
@@ -111,9 +121,11 @@ if not args.brief:
 wall = time_ms(one_pass, dev, 5, 2)
 print(f"  wall per pass (CUDA events): {wall:.2f} ms")
 for rows in [int(r) for r in args.sweep.split(",") if r] if not args.brief else []:
+
     def pass_at(rows=rows):
         x.grad = w.grad = None
         fused_linear_cross_entropy(x, w, t, chunk_rows=rows).backward()
+
     pass_at()
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -130,8 +142,10 @@ chunk = args.chunk or chunk_plan(x, w)[1]
 xc = x.detach()[:chunk].contiguous()
 wd = w.detach()
 g = torch.randn(chunk, V, device=dev, dtype=dt)
-for label, fn, f in (("logits  x·Wᵀ", lambda: xc @ wd.T, 2 * chunk * H * V),
-                     ("dX      G·W", lambda: g @ wd, 2 * chunk * H * V),
-                     ("dW      Gᵀ·x", lambda: g.T @ xc, 2 * chunk * H * V)):
+for label, fn, f in (
+    ("logits  x·Wᵀ", lambda: xc @ wd.T, 2 * chunk * H * V),
+    ("dX      G·W", lambda: g @ wd, 2 * chunk * H * V),
+    ("dW      Gᵀ·x", lambda: g.T @ xc, 2 * chunk * H * V),
+):
     ms = time_ms(fn, dev, 10, 3)
     print(f"  torch.mm {label} (chunk {chunk}): {ms:.3f} ms  {f / (ms * 1e-3) / 1e12:6.1f} TFLOP/s")

@@ -1,5 +1,6 @@
 """Host time per call of RMSNorm forward and forward + backward on tiny CUDA tensors (the GPU idles, so this is the
 Python + launch overhead that a fast kernel must hide), for tigon and the baselines, plus a cProfile of tigon's."""
+
 import cProfile
 import pstats
 import time
@@ -22,6 +23,7 @@ def eager(x, w):
 impls = {"tigon": lambda x, w: tigon.ops.rms_norm(x, w, 1e-6), "torch_eager": eager}
 try:
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
     impls["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
 except Exception as e:  # noqa: BLE001
     print("liger not importable:", e)
@@ -39,12 +41,14 @@ def per_call_us(fn, n=2000):
 
 
 for name, f in impls.items():
+
     def fwd():
         with torch.no_grad():
             f(x, w)
 
     def full():
         torch.autograd.grad(f(x, w), (x, w), dy)
+
     print(f"{name:12s} fwd {per_call_us(fwd):7.1f} us   fwd+bwd {per_call_us(full):7.1f} us", flush=True)
 
 prof = cProfile.Profile()

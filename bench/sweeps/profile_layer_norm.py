@@ -1,6 +1,7 @@
 """One LayerNorm forward + backward (weight and bias) per shape, for Nsight Compute:
 `ncu --clock-control none -k regex:"layer_norm|column_sum" python3 bench/sweeps/profile_layer_norm.py`.
 Shapes as MxN arguments (default 16384x4096), bf16."""
+
 import sys
 
 import torch

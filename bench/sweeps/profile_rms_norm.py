@@ -1,5 +1,6 @@
 """One RMSNorm forward + backward per shape, for Nsight Compute: `ncu -k regex:rms python3 bench/sweeps/profile_rms_norm.py`.
 Shapes as MxN arguments (default 16384x4096), bf16, llama mode."""
+
 import sys
 
 import torch

@@ -4,6 +4,7 @@ ranges that execute or stall most, and the instructions with the most stall samp
 
     python3 bench/sweeps/read_sass_counts.py sass-cross-entropy.csv.gz [--range 0x200] [--top 8]
 """
+
 import argparse
 import collections
 import csv
@@ -21,7 +22,7 @@ def kernels(path):
         if head is None:
             continue
         hdr = rows[head]
-        data = [r for r in rows[head + 1:b] if len(r) == len(hdr)]
+        data = [r for r in rows[head + 1 : b] if len(r) == len(hdr)]
         key = (rows[a][1], len(data))
         if key in seen:  # ncu repeats a kernel's table when one launch is listed twice
             continue
@@ -56,7 +57,9 @@ def main():
                 print(f"    {k * args.range:05x}-{(k + 1) * args.range - 1:05x}  {n / total:6.1%}  {s / stalls:6.1%}")
         print("  most stalled instructions:")
         for r in sorted(data, key=lambda r: -int(r[st]))[: args.top]:
-            print(f"    {int(r[0], 16) - base:05x}  {int(r[st]) / stalls:6.1%}  x{int(r[ex]):>10,}  {r[src].strip()[:60]}")
+            print(
+                f"    {int(r[0], 16) - base:05x}  {int(r[st]) / stalls:6.1%}  x{int(r[ex]):>10,}  {r[src].strip()[:60]}"
+            )
 
 
 if __name__ == "__main__":

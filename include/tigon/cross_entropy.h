@@ -40,19 +40,15 @@
 extern "C" {
 #endif
 
-typedef enum {
-  TIGON_REDUCTION_NONE = 0,
-  TIGON_REDUCTION_MEAN = 1,
-  TIGON_REDUCTION_SUM = 2
-} tigon_reduction_t;
+typedef enum { TIGON_REDUCTION_NONE = 0, TIGON_REDUCTION_MEAN = 1, TIGON_REDUCTION_SUM = 2 } tigon_reduction_t;
 
 typedef struct {
-  int64_t ignore_index;    /* rows with this target are skipped (torch's default: -100) */
-  float label_smoothing;   /* in [0, 1] */
-  float lse_square_scale;  /* z-loss coefficient, >= 0 */
-  float softcap;           /* > 0 enables soft-capping; 0 disables it */
-  int32_t reduction;       /* tigon_reduction_t */
-  int32_t token_scaling;   /* 1: each row's loss times its detached target probability s_i (above); 0: off */
+  int64_t ignore_index;   /* rows with this target are skipped (torch's default: -100) */
+  float label_smoothing;  /* in [0, 1] */
+  float lse_square_scale; /* z-loss coefficient, >= 0 */
+  float softcap;          /* > 0 enables soft-capping; 0 disables it */
+  int32_t reduction;      /* tigon_reduction_t */
+  int32_t token_scaling;  /* 1: each row's loss times its detached target probability s_i (above); 0: off */
 } tigon_cross_entropy_params;
 
 /* Bytes of workspace tigon_cross_entropy_fwd needs for logits of this shape (per-row partials and the totals). */

@@ -49,8 +49,8 @@ extern "C" {
 
 /* How a 16-bit dw may be accumulated over several chunks. */
 typedef enum {
-  TIGON_DW_ACCUMULATE_FP32 = 0,   /* default: a 16-bit dw is accepted only when all tokens fit one chunk */
-  TIGON_DW_ACCUMULATE_DTYPE = 1   /* a 16-bit dw is accumulated chunk by chunk in its own dtype (rounded per chunk) */
+  TIGON_DW_ACCUMULATE_FP32 = 0, /* default: a 16-bit dw is accepted only when all tokens fit one chunk */
+  TIGON_DW_ACCUMULATE_DTYPE = 1 /* a 16-bit dw is accumulated chunk by chunk in its own dtype (rounded per chunk) */
 } tigon_dw_accumulation_t;
 
 /* memory_budget = 0 means this: 1.5 GiB of logits per chunk. */
@@ -66,9 +66,10 @@ typedef struct {
 
 /* The workspace (bytes; 0 on the CPU) and the chunk size (tokens) for x [N, H] and weight [V, H]. Either output
  * pointer may be NULL. */
-TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_workspace_size(
-    const tigon_tensor* x, const tigon_tensor* weight, tigon_fused_linear_cross_entropy_params params, size_t* bytes,
-    int64_t* chunk_rows);
+TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_workspace_size(const tigon_tensor* x,
+                                                                         const tigon_tensor* weight,
+                                                                         tigon_fused_linear_cross_entropy_params params,
+                                                                         size_t* bytes, int64_t* chunk_rows);
 
 /* Loss (z_loss, accuracy, predicted) and, for each of dx, dw, db that is not NULL, that gradient. stream: a
  * cudaStream_t. */
@@ -82,8 +83,8 @@ TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_fwd(
 /* The backward of MEAN and SUM: dx, dw, db (each may be NULL) *= grad_output, one fp32 value on the device, in place;
  * a value of exactly 1 touches no memory. (NONE with per-token values: call the forward with grad_output instead.) */
 TIGON_API tigon_status_t tigon_fused_linear_cross_entropy_bwd(const tigon_tensor* dx, const tigon_tensor* dw,
-                                                              const tigon_tensor* db,
-                                                              const tigon_tensor* grad_output, void* stream);
+                                                              const tigon_tensor* db, const tigon_tensor* grad_output,
+                                                              void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -28,19 +28,17 @@ typedef struct {
 /* y = layer_norm(x) * weight + bias; writes mean and rstd when they are not NULL. stream: a cudaStream_t (ignored on
  * CPU). */
 TIGON_API tigon_status_t tigon_layer_norm_fwd(const tigon_tensor* x, const tigon_tensor* weight,
-                                              const tigon_tensor* bias, const tigon_tensor* y,
-                                              const tigon_tensor* mean, const tigon_tensor* rstd,
-                                              tigon_layer_norm_params params, void* stream);
+                                              const tigon_tensor* bias, const tigon_tensor* y, const tigon_tensor* mean,
+                                              const tigon_tensor* rstd, tigon_layer_norm_params params, void* stream);
 
 /* Bytes of workspace tigon_layer_norm_bwd needs when it computes dw or db (0 on CPU). */
 TIGON_API tigon_status_t tigon_layer_norm_bwd_workspace_size(const tigon_tensor* x, size_t* bytes);
 
 /* dx (may alias dy), and dw / db when they are not NULL. weight NULL means scale 1 (and dw must be NULL). */
-TIGON_API tigon_status_t tigon_layer_norm_bwd(const tigon_tensor* dy, const tigon_tensor* x,
-                                              const tigon_tensor* weight, const tigon_tensor* mean,
-                                              const tigon_tensor* rstd, const tigon_tensor* dx,
-                                              const tigon_tensor* dw, const tigon_tensor* db, void* workspace,
-                                              size_t workspace_bytes, void* stream);
+TIGON_API tigon_status_t tigon_layer_norm_bwd(const tigon_tensor* dy, const tigon_tensor* x, const tigon_tensor* weight,
+                                              const tigon_tensor* mean, const tigon_tensor* rstd,
+                                              const tigon_tensor* dx, const tigon_tensor* dw, const tigon_tensor* db,
+                                              void* workspace, size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

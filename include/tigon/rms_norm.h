@@ -25,11 +25,7 @@
 extern "C" {
 #endif
 
-typedef enum {
-  TIGON_RMS_NORM_LLAMA = 0,
-  TIGON_RMS_NORM_GEMMA = 1,
-  TIGON_RMS_NORM_NONE = 2
-} tigon_rms_norm_casting_t;
+typedef enum { TIGON_RMS_NORM_LLAMA = 0, TIGON_RMS_NORM_GEMMA = 1, TIGON_RMS_NORM_NONE = 2 } tigon_rms_norm_casting_t;
 
 typedef struct {
   float eps;            /* > 0 (0 accepted; rows of zeros then give inf) */

@@ -40,8 +40,12 @@ typedef enum {
 
 /* Device types and dtype codes are DLPack's (DLDeviceType, DLDataTypeCode). */
 typedef enum { TIGON_DEVICE_CPU = 1, TIGON_DEVICE_CUDA = 2 } tigon_device_type_t;
-typedef enum { TIGON_DTYPE_CODE_INT = 0, TIGON_DTYPE_CODE_UINT = 1, TIGON_DTYPE_CODE_FLOAT = 2,
-               TIGON_DTYPE_CODE_BFLOAT = 4 } tigon_dtype_code_t;
+typedef enum {
+  TIGON_DTYPE_CODE_INT = 0,
+  TIGON_DTYPE_CODE_UINT = 1,
+  TIGON_DTYPE_CODE_FLOAT = 2,
+  TIGON_DTYPE_CODE_BFLOAT = 4
+} tigon_dtype_code_t;
 
 typedef struct {
   int32_t device_type; /* tigon_device_type_t */

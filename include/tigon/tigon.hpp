@@ -118,7 +118,8 @@ class Buffer {
     if (!ptr_) return;
     if (dev_.device_type == TIGON_DEVICE_CPU) std::free(ptr_);
 #ifdef CUDART_VERSION
-    else cudaFree(ptr_);
+    else
+      cudaFree(ptr_);
 #endif
     ptr_ = nullptr;
   }
@@ -219,9 +220,8 @@ inline void cross_entropy_fwd(const TensorView& logits, const TensorView& target
                               const TensorView& loss, const TensorView* z_loss, const TensorView* accuracy,
                               const TensorView* predicted, const TensorView* grad, tigon_cross_entropy_params params,
                               void* workspace, size_t workspace_bytes, void* stream = nullptr) {
-  check(tigon_cross_entropy_fwd(logits, target, detail::opt(weight), loss, detail::opt(z_loss),
-                                detail::opt(accuracy), detail::opt(predicted), detail::opt(grad), params, workspace,
-                                workspace_bytes, stream));
+  check(tigon_cross_entropy_fwd(logits, target, detail::opt(weight), loss, detail::opt(z_loss), detail::opt(accuracy),
+                                detail::opt(predicted), detail::opt(grad), params, workspace, workspace_bytes, stream));
 }
 
 inline void cross_entropy_bwd(const TensorView& grad, const TensorView& grad_output, void* stream = nullptr) {
@@ -245,10 +245,9 @@ inline void fused_linear_cross_entropy_fwd(const TensorView& x, const TensorView
                                            const TensorView* db, tigon_fused_linear_cross_entropy_params params,
                                            void* workspace, size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_fused_linear_cross_entropy_fwd(x, weight, detail::opt(bias), target, detail::opt(class_weight),
-                                             detail::opt(grad_output), loss, detail::opt(z_loss),
-                                             detail::opt(accuracy), detail::opt(predicted), detail::opt(dx),
-                                             detail::opt(dw), detail::opt(db), params, workspace, workspace_bytes,
-                                             stream));
+                                             detail::opt(grad_output), loss, detail::opt(z_loss), detail::opt(accuracy),
+                                             detail::opt(predicted), detail::opt(dx), detail::opt(dw), detail::opt(db),
+                                             params, workspace, workspace_bytes, stream));
 }
 
 inline void fused_linear_cross_entropy_bwd(const TensorView* dx, const TensorView* dw, const TensorView* db,

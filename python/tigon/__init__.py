@@ -1,12 +1,32 @@
 """Tigon: fused CUDA C++ kernels for LLM training and inference, driven from PyTorch.
 
-    import tigon
-    y = tigon.ops.rms_norm(x, weight, eps=1e-6)
-    norm = tigon.nn.RMSNorm(4096)          # drop-in for Hugging Face's LlamaRMSNorm (same state dict)
+import tigon
+y = tigon.ops.rms_norm(x, weight, eps=1e-6)
+norm = tigon.nn.RMSNorm(4096)          # drop-in for Hugging Face's LlamaRMSNorm (same state dict)
 """
 
-from tigon._lib import CPU_PATH_NOTE, TigonArgumentError, TigonCPUWarning, TigonDTypeError, TigonError, has_cuda, library_path, version
+from tigon._lib import (
+    CPU_PATH_NOTE,
+    TigonArgumentError,
+    TigonCPUWarning,
+    TigonDTypeError,
+    TigonError,
+    has_cuda,
+    library_path,
+    version,
+)
 from tigon import nn, ops
 
 __version__ = "0.1.0"
-__all__ = ["ops", "nn", "TigonError", "TigonArgumentError", "TigonDTypeError", "TigonCPUWarning", "CPU_PATH_NOTE", "version", "has_cuda", "library_path"]
+__all__ = [
+    "ops",
+    "nn",
+    "TigonError",
+    "TigonArgumentError",
+    "TigonDTypeError",
+    "TigonCPUWarning",
+    "CPU_PATH_NOTE",
+    "version",
+    "has_cuda",
+    "library_path",
+]

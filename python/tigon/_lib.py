@@ -14,8 +14,21 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TigonError", "TigonArgumentError", "TigonDTypeError", "TigonCPUWarning", "CPU_PATH_NOTE", "TigonTensor", "TENSOR_P", "lib", "library_path", "declare", "tensor_arg",
-           "check", "stream_of"]
+__all__ = [
+    "TigonError",
+    "TigonArgumentError",
+    "TigonDTypeError",
+    "TigonCPUWarning",
+    "CPU_PATH_NOTE",
+    "TigonTensor",
+    "TENSOR_P",
+    "lib",
+    "library_path",
+    "declare",
+    "tensor_arg",
+    "check",
+    "stream_of",
+]
 
 
 class TigonError(RuntimeError):
@@ -34,9 +47,11 @@ class TigonCPUWarning(UserWarning):
     """Issued once per process, the first time an op runs on CPU tensors (filter it with this category)."""
 
 
-CPU_PATH_NOTE = ("Tigon's CPU path is a float64-accumulating reference implementation meant for checking "
-                 "correctness, not for speed (patched training on a CPU is several times slower than plain PyTorch); "
-                 "the fast kernels need a CUDA device")
+CPU_PATH_NOTE = (
+    "Tigon's CPU path is a float64-accumulating reference implementation meant for checking "
+    "correctness, not for speed (patched training on a CPU is several times slower than plain PyTorch); "
+    "the fast kernels need a CUDA device"
+)
 
 _STATUS_INVALID_ARGUMENT = 1
 _cpu_warned = False
@@ -146,8 +161,9 @@ def _layout(t: torch.Tensor, key):
     dims = (ctypes.c_int64 * max(1, 2 * nd))(*t.shape, *t.stride())
     addr = ctypes.addressof(dims)
     code, bits = _DTYPE_CODES.get(t.dtype) or _dlpack_code(t)
-    tail = struct.pack("<iiiBBHQQQ", _DEVICE_TYPES[t.device.type], t.device.index or 0, nd, code, bits, 1,
-                       addr, addr + 8 * nd, 0)
+    tail = struct.pack(
+        "<iiiBBHQQQ", _DEVICE_TYPES[t.device.type], t.device.index or 0, nd, code, bits, 1, addr, addr + 8 * nd, 0
+    )
     if len(_layouts) > 4096:  # bounded; descriptors already built keep their own arrays alive (_keep)
         _layouts.clear()
     _layouts[key] = (tail, dims)

@@ -57,8 +57,8 @@ void column_sum(const float* partial, int64_t rows, int64_t cols, void* out, DTy
   launch(a, a, 1, rows, cols, stream);
 }
 
-void column_sum2(const float* partial_a, void* out_a, DType a_dtype, const float* partial_b, void* out_b,
-                 DType b_dtype, int64_t rows, int64_t cols, cudaStream_t stream) {
+void column_sum2(const float* partial_a, void* out_a, DType a_dtype, const float* partial_b, void* out_b, DType b_dtype,
+                 int64_t rows, int64_t cols, cudaStream_t stream) {
   launch(Sum{partial_a, out_a, a_dtype}, Sum{partial_b, out_b, b_dtype}, 2, rows, cols, stream);
 }
 

@@ -15,7 +15,7 @@ void column_sum(const float* partial, int64_t rows, int64_t cols, void* out, DTy
 
 // Two such sums over partial arrays of the same shape in one launch (LayerNorm's dW and dB), each with its own output
 // dtype; the same bits as two column_sum calls.
-void column_sum2(const float* partial_a, void* out_a, DType a_dtype, const float* partial_b, void* out_b,
-                 DType b_dtype, int64_t rows, int64_t cols, cudaStream_t stream);
+void column_sum2(const float* partial_a, void* out_a, DType a_dtype, const float* partial_b, void* out_b, DType b_dtype,
+                 int64_t rows, int64_t cols, cudaStream_t stream);
 
 }  // namespace tigon::cuda

@@ -5,11 +5,11 @@
 
 #include "common/error.h"
 
-#define TIGON_CUDA_CHECK(call)                                                                       \
-  do {                                                                                               \
-    cudaError_t tigon_err_ = (call);                                                                 \
-    if (tigon_err_ != cudaSuccess)                                                                   \
-      ::tigon::fail(TIGON_ERROR_CUDA, #call, " failed: ", cudaGetErrorString(tigon_err_));           \
+#define TIGON_CUDA_CHECK(call)                                                             \
+  do {                                                                                     \
+    cudaError_t tigon_err_ = (call);                                                       \
+    if (tigon_err_ != cudaSuccess)                                                         \
+      ::tigon::fail(TIGON_ERROR_CUDA, #call, " failed: ", cudaGetErrorString(tigon_err_)); \
   } while (0)
 
 // After a kernel launch: reports a bad launch configuration without synchronising.

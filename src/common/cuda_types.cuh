@@ -17,24 +17,38 @@ namespace tigon::cuda {
 template <class T>
 __device__ __forceinline__ float to_f(T v);
 template <>
-__device__ __forceinline__ float to_f<float>(float v) { return v; }
+__device__ __forceinline__ float to_f<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f<__half>(__half v) {
+  return __half2float(v);
+}
 template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 template <class T>
 __device__ __forceinline__ T from_f(float v);
 template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
+__device__ __forceinline__ float from_f<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_f<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // v rounded to T's precision and back: how kernels reproduce a rounding that a casting mode prescribes.
 template <class T>
-__device__ __forceinline__ float round_to(float v) { return to_f<T>(from_f<T>(v)); }
+__device__ __forceinline__ float round_to(float v) {
+  return to_f<T>(from_f<T>(v));
+}
 
 // N consecutive elements as floats. When N * sizeof(T) is a multiple of 16 the pointer must be 16-byte aligned and
 // the load is N * sizeof(T) / 16 vector instructions; otherwise elementwise.
@@ -150,10 +164,19 @@ __device__ __forceinline__ float rcp_fast(float x) {
 }  // namespace tigon::cuda
 
 // TIGON_SWITCH_FLOAT(dtype, T, ...): runs the body with T = float, __half or __nv_bfloat16.
-#define TIGON_SWITCH_FLOAT(dtype, T, ...)                                                             \
-  switch (dtype) {                                                                                    \
-    case ::tigon::DType::kFloat32: { using T = float; __VA_ARGS__; } break;                           \
-    case ::tigon::DType::kFloat16: { using T = __half; __VA_ARGS__; } break;                          \
-    case ::tigon::DType::kBFloat16: { using T = __nv_bfloat16; __VA_ARGS__; } break;                  \
-    default: ::tigon::fail(TIGON_ERROR_INTERNAL, "unexpected dtype ", ::tigon::dtype_name(dtype));    \
+#define TIGON_SWITCH_FLOAT(dtype, T, ...)                                                          \
+  switch (dtype) {                                                                                 \
+    case ::tigon::DType::kFloat32: {                                                               \
+      using T = float;                                                                             \
+      __VA_ARGS__;                                                                                 \
+    } break;                                                                                       \
+    case ::tigon::DType::kFloat16: {                                                               \
+      using T = __half;                                                                            \
+      __VA_ARGS__;                                                                                 \
+    } break;                                                                                       \
+    case ::tigon::DType::kBFloat16: {                                                              \
+      using T = __nv_bfloat16;                                                                     \
+      __VA_ARGS__;                                                                                 \
+    } break;                                                                                       \
+    default: ::tigon::fail(TIGON_ERROR_INTERNAL, "unexpected dtype ", ::tigon::dtype_name(dtype)); \
   }

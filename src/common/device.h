@@ -23,10 +23,10 @@ class DeviceGuard {
 // Multiprocessor count of a device (cached per device; no synchronisation).
 int sm_count(int device);
 
-#define TIGON_ON_CUDA(tensor, ...)                          \
-  do {                                                      \
+#define TIGON_ON_CUDA(tensor, ...)                                       \
+  do {                                                                   \
     ::tigon::DeviceGuard tigon_device_guard_((tensor).device.device_id); \
-    __VA_ARGS__;                                            \
+    __VA_ARGS__;                                                         \
   } while (0)
 #else
 #define TIGON_ON_CUDA(tensor, ...) \

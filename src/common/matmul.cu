@@ -8,11 +8,11 @@
 #include "common/cuda_check.h"
 #include "common/error.h"
 
-#define TIGON_CUBLAS_CHECK(call)                                                                   \
-  do {                                                                                             \
-    cublasStatus_t tigon_st_ = (call);                                                             \
-    if (tigon_st_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      ::tigon::fail(TIGON_ERROR_CUDA, #call, " failed: ", cublasLtGetStatusString(tigon_st_));     \
+#define TIGON_CUBLAS_CHECK(call)                                                               \
+  do {                                                                                         \
+    cublasStatus_t tigon_st_ = (call);                                                         \
+    if (tigon_st_ != CUBLAS_STATUS_SUCCESS)                                                    \
+      ::tigon::fail(TIGON_ERROR_CUDA, #call, " failed: ", cublasLtGetStatusString(tigon_st_)); \
   } while (0)
 
 namespace tigon::cuda {
@@ -144,10 +144,24 @@ void matmul(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStrea
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   const int64_t ab_bytes = dtype_bytes(mm.ab);
-  const Key key = {device, int64_t(mm.ab), int64_t(mm.d), mm.trans_a, mm.trans_b, mm.m, mm.n, mm.k, mm.lda, mm.ldb,
-                   mm.ldd, mm.accumulate, mm.bias ? alignment(mm.bias) : 0, alignment(mm.a, mm.lda * ab_bytes),
-                   alignment(mm.b, mm.ldb * ab_bytes), alignment(mm.dst, mm.ldd * dtype_bytes(mm.d)),
-                   int64_t(workspace_bytes), alignment(workspace)};
+  const Key key = {device,
+                   int64_t(mm.ab),
+                   int64_t(mm.d),
+                   mm.trans_a,
+                   mm.trans_b,
+                   mm.m,
+                   mm.n,
+                   mm.k,
+                   mm.lda,
+                   mm.ldb,
+                   mm.ldd,
+                   mm.accumulate,
+                   mm.bias ? alignment(mm.bias) : 0,
+                   alignment(mm.a, mm.lda * ab_bytes),
+                   alignment(mm.b, mm.ldb * ab_bytes),
+                   alignment(mm.dst, mm.ldd * dtype_bytes(mm.d)),
+                   int64_t(workspace_bytes),
+                   alignment(workspace)};
   const cublasLtHandle_t h = handle(device);
   const Plan& p = plan_for(key, mm, h, workspace_bytes);
   if (mm.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, mm.bias);

@@ -108,8 +108,8 @@ void check_same_device(const tigon_tensor& a, const char* arg_a, const tigon_ten
   const bool same = a.device.device_type == b.device.device_type &&
                     (a.device.device_type == TIGON_DEVICE_CPU || a.device.device_id == b.device.device_id);
   if (!same)
-    fail_arg(arg_b, "is on device (", b.device.device_type, ", ", b.device.device_id, ") but '", arg_a,
-             "' is on (", a.device.device_type, ", ", a.device.device_id, "); all tensors must share one device");
+    fail_arg(arg_b, "is on device (", b.device.device_type, ", ", b.device.device_id, ") but '", arg_a, "' is on (",
+             a.device.device_type, ", ", a.device.device_id, "); all tensors must share one device");
 }
 
 void check_dtype_in(DType got, const char* arg, std::initializer_list<DType> allowed) {

@@ -13,13 +13,13 @@ struct FwdProblem {
   RowMatrix logits;
   RowMatrix grad;  // grad.data == nullptr: no gradient wanted; may equal logits (written over it)
   const void* target = nullptr;
-  bool target64 = true;        // int64 targets, else int32
+  bool target64 = true;           // int64 targets, else int32
   const float* weight = nullptr;  // nullptr: every class weighs 1
-  float* loss = nullptr;       // rows elements for NONE, else 1
-  float* z_loss = nullptr;     // optional, like loss
-  float* accuracy = nullptr;   // optional, like loss
-  int64_t* predicted = nullptr;  // optional, rows elements whatever the reduction: argmax, -1 for ignored rows
-  bool token_scaling = false;    // each row's loss and gradient times its (detached) target probability
+  float* loss = nullptr;          // rows elements for NONE, else 1
+  float* z_loss = nullptr;        // optional, like loss
+  float* accuracy = nullptr;      // optional, like loss
+  int64_t* predicted = nullptr;   // optional, rows elements whatever the reduction: argmax, -1 for ignored rows
+  bool token_scaling = false;     // each row's loss and gradient times its (detached) target probability
   int64_t ignore_index = -100;
   float smoothing = 0.f, z_scale = 0.f, softcap = 0.f;
   int reduction = TIGON_REDUCTION_MEAN;

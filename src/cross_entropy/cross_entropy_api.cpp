@@ -32,8 +32,7 @@ void check_params(const tigon_cross_entropy_params& p) {
     fail_arg("softcap", "must be finite and > 0 (or 0 for none), got ", p.softcap);
   if (p.reduction < TIGON_REDUCTION_NONE || p.reduction > TIGON_REDUCTION_SUM)
     fail_arg("reduction", "must be 0 (none), 1 (mean) or 2 (sum), got ", p.reduction);
-  if (p.token_scaling != 0 && p.token_scaling != 1)
-    fail_arg("token_scaling", "must be 0 or 1, got ", p.token_scaling);
+  if (p.token_scaling != 0 && p.token_scaling != 1) fail_arg("token_scaling", "must be 0 or 1, got ", p.token_scaling);
 }
 
 int64_t* check_predicted(const tigon_tensor* t, const tigon_tensor& on, const char* on_name, int64_t rows) {
@@ -71,10 +70,9 @@ tigon_status_t tigon_cross_entropy_fwd_workspace_size(const tigon_tensor* logits
 }
 
 tigon_status_t tigon_cross_entropy_fwd(const tigon_tensor* logits, const tigon_tensor* target,
-                                       const tigon_tensor* weight, const tigon_tensor* loss,
-                                       const tigon_tensor* z_loss, const tigon_tensor* accuracy,
-                                       const tigon_tensor* predicted, const tigon_tensor* grad,
-                                       tigon_cross_entropy_params params, void* workspace,
+                                       const tigon_tensor* weight, const tigon_tensor* loss, const tigon_tensor* z_loss,
+                                       const tigon_tensor* accuracy, const tigon_tensor* predicted,
+                                       const tigon_tensor* grad, tigon_cross_entropy_params params, void* workspace,
                                        size_t workspace_bytes, void* stream) {
   return api_guard("tigon_cross_entropy_fwd", [&] {
     check_params(params);
@@ -152,8 +150,7 @@ tigon_status_t tigon_cross_entropy_bwd(const tigon_tensor* grad, const tigon_ten
     const int64_t n = numel(ot);
     if (ot.ndim > 1) fail_arg("grad_output", "must be a scalar or a vector, got shape ", shape_string(ot));
     if (n != 1 && n != p.grad.rows)
-      fail_arg("grad_output", "must have 1 element or one per row (", p.grad.rows, "), got shape ",
-               shape_string(ot));
+      fail_arg("grad_output", "must have 1 element or one per row (", p.grad.rows, "), got shape ", shape_string(ot));
     p.grad_output = reinterpret_cast<const float*>(static_cast<const char*>(ot.data) + ot.byte_offset);
     p.per_row = ot.ndim == 1 && n > 1;
     p.go_stride = p.per_row ? (ot.strides ? ot.strides[0] : 1) : 0;

@@ -79,9 +79,7 @@ __global__ void __launch_bounds__(kSerialThreads) totals_kernel(RowArgs a, float
         v[0] += a.weight ? (in_range ? double(a.weight[t]) : NAN) : 1.0;  // an unreadable weight poisons the mean
         v[1] += 1.0;
       });
-  if (a.weight)
-    for_rows(
-        a.cols, [&](int64_t c) { return a.weight[c]; }, [&](int64_t, float w) { v[2] += w; });
+  if (a.weight) for_rows(a.cols, [&](int64_t c) { return a.weight[c]; }, [&](int64_t, float w) { v[2] += w; });
   block_sum3(v, smem);
   if (threadIdx.x == 0) {
     totals[kWeightSum] = float(v[0]);

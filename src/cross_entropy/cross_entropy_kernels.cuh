@@ -123,12 +123,12 @@ __device__ __forceinline__ float group_max(const uint4 (&u)[U]) {
 
 // What one thread (then the block) knows about a row after pass 1.
 struct RowStats {
-  float m = -INFINITY;     // running maximum of x'
+  float m = -INFINITY;      // running maximum of x'
   float s = 0.f, s2 = 0.f;  // sum of 2^((x' - m) log2e), in two chains of adds
-  float nm2 = 0.f;         // -m log2e (0 while m = -inf): the addend of every exponent
-  float best = -INFINITY;  // largest raw logit ...
-  int64_t arg = -1;        // ... its first column (-1: none); while reading groups, the group's first column
-  float wx = 0.f;          // sum of w_c x'_c (label smoothing only)
+  float nm2 = 0.f;          // -m log2e (0 while m = -inf): the addend of every exponent
+  float best = -INFINITY;   // largest raw logit ...
+  int64_t arg = -1;         // ... its first column (-1: none); while reading groups, the group's first column
+  float wx = 0.f;           // sum of w_c x'_c (label smoothing only)
 };
 
 __device__ __forceinline__ void rescale(RowStats& st, float m) {
@@ -302,7 +302,7 @@ __device__ __forceinline__ RowStats block_merge(RowStats v, RowStats* smem, cons
 // With 0 < a < inf (every row of the plain case), a moves into the exponent: a p_c = 2^(x'_c log2e + log2(a) - lse
 // log2e), so the plain gradient is one FFMA and one ex2 per element.
 struct GradCoef {
-  float c;     // the exponent's addend: log2(a) - lse log2e when folded, else -lse log2e
+  float c;  // the exponent's addend: log2(a) - lse log2e when folded, else -lse log2e
   float a, b, d;
   bool fold;
   int64_t t;
@@ -371,8 +371,7 @@ __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, ui
 #pragma unroll
     for (int j = 0; j < U; ++j) u[j] = load(k + j * step);
 #pragma unroll
-    for (int j = 0; j < U; ++j)
-      store(k + j * step, grad_vec<T, O, kFold>(u[j], int64_t(k + j * step) * V, kc, a));
+    for (int j = 0; j < U; ++j) store(k + j * step, grad_vec<T, O, kFold>(u[j], int64_t(k + j * step) * V, kc, a));
   }
   for (; k < end; k += step) store(k, grad_vec<T, O, kFold>(load(k), int64_t(k) * V, kc, a));
 }
@@ -484,7 +483,8 @@ __global__ void __launch_bounds__(kMaxThreads) rows_kernel(RowArgs a) {
     with_fold(k, [&](auto fold) {
       constexpr bool F = decltype(fold)::value;
       grad_pass<T, O, F, U>(k, tid, nvec, step, a, load, [&](uint32_t i, const uint4& g) { __stcg(gv + i, g); });
-      for (int64_t c = tail0 + tid; c < a.cols; c += step) grad[c] = from_f<T>(grad_elem<O, F>(to_f<T>(x[c]), c, c == t, k, a));
+      for (int64_t c = tail0 + tid; c < a.cols; c += step)
+        grad[c] = from_f<T>(grad_elem<O, F>(to_f<T>(x[c]), c, c == t, k, a));
       if (in_range && t < tail0 && uint32_t(t / V) % step == tid) fix_target<T, O, F>(grad, xr, k, a);
     });
   }
@@ -538,8 +538,7 @@ __global__ void __launch_bounds__(256) scale_kernel(ScaleArgs a) {
       for (int j = 0; j < V; ++j) v[j] *= s;
       cuda::store_vec<T, V>(g + k * V, v);
     }
-    for (int64_t c = nvec * V + threadIdx.x; c < a.cols; c += blockDim.x)
-      g[c] = from_f<T>(to_f<T>(g[c]) * s);
+    for (int64_t c = nvec * V + threadIdx.x; c < a.cols; c += blockDim.x) g[c] = from_f<T>(to_f<T>(g[c]) * s);
   }
 }
 

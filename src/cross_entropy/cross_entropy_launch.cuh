@@ -260,8 +260,8 @@ void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream) {
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
-#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                                      \
-  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);                             \
+#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                                        \
+  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);                               \
   template const char* launch_rows_as<T>(const RowArgs&, bool, KernelChoice, cudaStream_t, bool); \
   template void launch_scale<T>(const ScaleArgs&, bool, cudaStream_t);
 

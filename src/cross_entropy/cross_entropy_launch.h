@@ -27,8 +27,8 @@ struct RowArgs {
   float inv_softcap = 0.f;  // 1 / softcap, set by launch_rows from softcap (callers need not)
   bool mean = true;
   bool want_arg = true;  // the argmax column is wanted (accuracy or predicted asked for); else the kernels skip it
-  bool token_scaling = false;  // the row's terms and gradient times exp(x'_t - lse); every thread reads x'_t then
-  int64_t* predicted = nullptr;  // the argmax column per row (-1: ignored), written by the row kernel
+  bool token_scaling = false;     // the row's terms and gradient times exp(x'_t - lse); every thread reads x'_t then
+  int64_t* predicted = nullptr;   // the argmax column per row (-1: ignored), written by the row kernel
   const float* totals = nullptr;  // written by the totals kernel before the row kernel runs
   float* row_ce = nullptr;
   float* row_z = nullptr;
@@ -62,7 +62,8 @@ void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream);
 // follows_totals: launched right after launch_totals on the same stream, so the cluster kernel may start before the
 // totals kernel ends (programmatic dependent launch; it waits for the totals where it reads them).
 template <class T>
-const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream, bool follows_totals = false);
+const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream,
+                           bool follows_totals = false);
 template <class T>
 void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream);
 

@@ -18,8 +18,8 @@ double class_weight(const FwdProblem& p, int64_t c) { return p.weight ? double(p
 
 // One row after soft-capping, with its log-sum-exp and the index of the first maximum of the raw logits.
 struct Row {
-  std::vector<double> x;       // x'_c (soft-capped when softcap > 0)
-  std::vector<double> dcap;    // d x'_c / d x_c
+  std::vector<double> x;     // x'_c (soft-capped when softcap > 0)
+  std::vector<double> dcap;  // d x'_c / d x_c
   double lse = 0;
   int64_t argmax = 0;
 };
@@ -83,7 +83,7 @@ void fwd_cpu(const FwdProblem& p) {
       const Row row = read_row(p, r);
       const double wt = class_weight(p, t);
       ce = (1 - eps) * wt * (row.lse - row.x[t]);
-      if (eps > 0) {  // only then: a masked (-inf) logit makes the sum infinite, and 0 * inf would be NaN
+      if (eps > 0) {        // only then: a masked (-inf) logit makes the sum infinite, and 0 * inf would be NaN
         double smooth = 0;  // sum_c w[c] * (lse - x'_c)
         for (int64_t c = 0; c < V; ++c) smooth += class_weight(p, c) * (row.lse - row.x[c]);
         ce += eps / double(V) * smooth;

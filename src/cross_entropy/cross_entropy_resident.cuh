@@ -20,7 +20,7 @@ namespace tigon::cross_entropy::kern {
 
 constexpr int kClusterThreads = kClusterMaxThreads;
 constexpr int kClusterUnroll = 4;  // vectors per group; a piece is a whole number of groups per thread
-constexpr int kMaxCluster = 8;    // the portable maximum (larger, non-portable clusters ran 4-30% slower)
+constexpr int kMaxCluster = 8;     // the portable maximum (larger, non-portable clusters ran 4-30% slower)
 constexpr int kMaxPieces = 16;
 
 // How a row is split (in 16-byte vectors): block `rank` holds [rank * slice_vecs, +slice_vecs) in its buffer, copied
@@ -35,8 +35,8 @@ struct SliceShape {
 // `bar` until all csize slots have landed; every block then merges the same values in the same order, so they agree
 // bit for bit. No cluster barrier per row: cluster.sync() compiled to a GPU-scope memory fence (MEMBAR.ALL.GPU) and
 // the cluster barrier, a wait for the fence and the slowest block that cost 13% of the kernel on an H200
-// (docs/performance/cross-entropy.md). bar must have been initialised (count 1) before the cluster's arrival barrier, and armed for this
-// exchange's bytes (kStatBytes * csize) by one thread of this block.
+// (docs/performance/cross-entropy.md). bar must have been initialised (count 1) before the cluster's arrival barrier,
+// and armed for this exchange's bytes (kStatBytes * csize) by one thread of this block.
 struct alignas(16) StatSlot {
   float m, s, best, wx;
   int64_t arg;
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   __shared__ uint64_t bars[kMaxPieces];  // one per piece
   __shared__ RowStats warp_stats[kClusterThreads / 32];
   __shared__ StatSlot rank_slots[kMaxCluster];  // [r]: block r's statistics, written by block r
-  __shared__ uint64_t stat_bar;                  // counts the bytes of rank_slots landed
+  __shared__ uint64_t stat_bar;                 // counts the bytes of rank_slots landed
 
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank());

@@ -191,7 +191,7 @@ tigon_status_t tigon_fused_linear_cross_entropy_fwd(
       });
     } else {
       (void)workspace, (void)workspace_bytes, (void)stream;  // the CPU path needs neither
-      ce.logits.rows = N;  // what the target check reads
+      ce.logits.rows = N;                                    // what the target check reads
       ce.logits.cols = V;
       cross_entropy::check_targets_on_host(ce);
       fwd_cpu(p);

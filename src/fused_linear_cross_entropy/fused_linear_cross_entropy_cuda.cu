@@ -198,8 +198,8 @@ void fwd_cuda(const Problem& p, const Plan& plan, void* workspace, void* stream)
       const dim3 block(32, kSlices);
       const unsigned blocks = unsigned((V + 63) / 64);
       TIGON_SWITCH_FLOAT(dt, T,
-                         bias_grad_kernel<T><<<blocks, block, 0, s>>>(reinterpret_cast<const T*>(logits), rows, V,
-                                                                      plan.ld, db32, c > 0));
+                         bias_grad_kernel<T>
+                         <<<blocks, block, 0, s>>>(reinterpret_cast<const T*>(logits), rows, V, plan.ld, db32, c > 0));
       TIGON_CUDA_CHECK_LAUNCH();
     }
   }

@@ -10,10 +10,10 @@ namespace tigon::layer_norm {
 
 struct FwdProblem {
   RowMatrix x, y;
-  const void* w = nullptr;  // nullptr: scale 1
-  const void* b = nullptr;  // nullptr: shift 0
+  const void* w = nullptr;          // nullptr: scale 1
+  const void* b = nullptr;          // nullptr: shift 0
   DType p_dtype = DType::kFloat32;  // dtype of weight and bias (x's when both are absent)
-  float* mean = nullptr;  // both nullptr: statistics not saved
+  float* mean = nullptr;            // both nullptr: statistics not saved
   float* rstd = nullptr;
   float eps = 1e-5f;
 };

@@ -139,8 +139,7 @@ tigon_status_t tigon_layer_norm_bwd(const tigon_tensor* dy, const tigon_tensor* 
       TIGON_ON_CUDA(xt, {
         const size_t need = (p.dw || p.db) ? bwd_cuda_workspace_bytes(p.x, xt.device.device_id) : 0;
         if (workspace_bytes < need || (need > 0 && workspace == nullptr))
-          fail_arg("workspace", "needs ", need, " bytes (tigon_layer_norm_bwd_workspace_size), got ",
-                   workspace_bytes);
+          fail_arg("workspace", "needs ", need, " bytes (tigon_layer_norm_bwd_workspace_size), got ", workspace_bytes);
         bwd_cuda(p, workspace, workspace_bytes, stream);
       });
     } else {

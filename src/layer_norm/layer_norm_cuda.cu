@@ -30,8 +30,8 @@ using row_plan::Shape;
 constexpr int kFwdNv = 4;
 
 Plan fwd_plan(const FwdProblem& pr) {
-  const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) &&
-                   param_aligned(pr.b);
+  const bool vec =
+      cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) && param_aligned(pr.b);
   const Shape s = cached_shape(pr.x.cols, pr.x.dtype, kFwdNv);
   if (vec && !row_plan::uncached_forced() && s.tpr <= kFwdMaxThreads)
     return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
@@ -76,8 +76,10 @@ Plan bwd_plan(const BwdProblem& pr, int device) {
 
 void fwd_cuda(const FwdProblem& pr, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  const FwdArgs a{pr.x.data, pr.w, pr.b, pr.y.data, pr.mean, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride,
-                  pr.y.row_stride, pr.eps, 1.f / float(pr.x.cols)};
+  const FwdArgs a{pr.x.data,       pr.w,      pr.b,
+                  pr.y.data,       pr.mean,   pr.rstd,
+                  pr.x.rows,       pr.x.cols, pr.x.row_stride,
+                  pr.y.row_stride, pr.eps,    1.f / float(pr.x.cols)};
   const Plan plan = fwd_plan(pr);
   const bool p32 = pr.p_dtype == DType::kFloat32;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, {
@@ -108,8 +110,19 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   const Plan plan = bwd_plan(pr, device);
   float* ws = static_cast<float*>(workspace);
   const int64_t half = bwd_max_partial_rows(pr.x, device) * cols;  // db's partials start here
-  BwdArgs a{pr.dy.data, pr.x.data, pr.w, pr.mean, pr.rstd, pr.dx.data, pr.dw ? ws : nullptr,
-            pr.db ? ws + half : nullptr, pr.x.rows, cols, pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride,
+  BwdArgs a{pr.dy.data,
+            pr.x.data,
+            pr.w,
+            pr.mean,
+            pr.rstd,
+            pr.dx.data,
+            pr.dw ? ws : nullptr,
+            pr.db ? ws + half : nullptr,
+            pr.x.rows,
+            cols,
+            pr.dy.row_stride,
+            pr.x.row_stride,
+            pr.dx.row_stride,
             1.f / float(cols)};
   int64_t partial_rows = 0;
   const bool w32 = pr.w_dtype == DType::kFloat32;

@@ -1,8 +1,8 @@
 // LayerNorm CUDA kernels, shaped like RMSNorm's (src/rms_norm/rms_norm_kernels.cuh). Two kernels per direction:
 //  * cached: each row is read once into registers (16-byte vectors of x kept packed), so the forward moves exactly
 //    x in + y out and the backward x, dy in + dx out. The forward's variance is E[(x - k)^2] - E[x - k]^2 around the
-//    row's first element k (one reduction, and none of E[x^2] - mean^2's cancellation). blockDim = (threads per row, row slots per block). Used when a row fits and every
-//    pointer and row stride is 16-byte aligned.
+//    row's first element k (one reduction, and none of E[x^2] - mean^2's cancellation). blockDim = (threads per row,
+//    row slots per block). Used when a row fits and every pointer and row stride is 16-byte aligned.
 //  * uncached: one row per block iteration, any row length, V = 1 for unaligned data. The forward reads the row three
 //    times (mean, centred variance, output), the backward twice; repeated reads mostly hit L2.
 // Backward dw / db: each thread adds dy * xhat and dy over the rows it visits into fp32 sums, written once per row
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Sma
     fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ __align__(16) float red[2][64];  // [warps][2] per call; consecutive row groups alternate buffers
-  const int cols = int(a.cols);  // the cached kernels' rows are short: int offsets
+  const int cols = int(a.cols);               // the cached kernels' rows are short: int offsets
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t row = g * blockDim.y + threadIdx.y;
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Sma
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
-      if (c < cols)  // padding lanes hold 0, not data: leave them out
+      if (c < cols)                                      // padding lanes hold 0, not data: leave them out
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float d = elem(v[i], j) - k;
@@ -208,7 +208,7 @@ template <class TX, class TW, int C, int R>
 __global__ void __launch_bounds__(kBwdMaxThreads, 1) bwd_cached(BwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ __align__(16) float red[2][2 * R * 32];  // row_sums alternates buffers
-  const int cols = int(a.cols);  // the cached kernels' rows are short: int offsets
+  const int cols = int(a.cols);                       // the cached kernels' rows are short: int offsets
   float acc_w[C][V], acc_b[C][V];
 #pragma unroll
   for (int i = 0; i < C; ++i)

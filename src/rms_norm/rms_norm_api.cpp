@@ -97,8 +97,7 @@ tigon_status_t tigon_rms_norm_bwd_workspace_size(const tigon_tensor* x, const ti
 
 tigon_status_t tigon_rms_norm_bwd(const tigon_tensor* dy, const tigon_tensor* x, const tigon_tensor* weight,
                                   const tigon_tensor* rstd, const tigon_tensor* dx, const tigon_tensor* dw,
-                                  tigon_rms_norm_params params, void* workspace, size_t workspace_bytes,
-                                  void* stream) {
+                                  tigon_rms_norm_params params, void* workspace, size_t workspace_bytes, void* stream) {
   return api_guard("tigon_rms_norm_bwd", [&] {
     check_params(params);
     const tigon_tensor& xt = require(x, "x");

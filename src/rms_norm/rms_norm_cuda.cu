@@ -100,8 +100,8 @@ struct Bwd {
 }  // namespace
 
 void fwd_cuda(const FwdProblem& pr, void* stream) {
-  FwdArgs a{pr.x.data, pr.w, pr.y.data, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride, pr.y.row_stride,
-            pr.eps, pr.offset, pr.mode};
+  FwdArgs a{pr.x.data,       pr.w,   pr.y.data, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride,
+            pr.y.row_stride, pr.eps, pr.offset, pr.mode};
   const Plan plan = fwd_plan(pr);
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX,
                      dispatch<TX, Fwd>(a, plan, pr.w_dtype, pr.y.dtype, static_cast<cudaStream_t>(stream)));
@@ -120,8 +120,9 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   }
   const Plan plan = bwd_plan(pr, current_device());
   float* partial = pr.dw ? static_cast<float*>(workspace) : nullptr;
-  BwdArgs a{pr.dy.data, pr.x.data, pr.w, pr.rstd, pr.dx.data, partial, pr.x.rows, pr.x.cols,
-            pr.dy.row_stride, pr.x.row_stride, pr.dx.row_stride, pr.offset};
+  BwdArgs a{pr.dy.data,       pr.x.data, pr.w,      pr.rstd,          pr.dx.data,
+            partial,          pr.x.rows, pr.x.cols, pr.dy.row_stride, pr.x.row_stride,
+            pr.dx.row_stride, pr.offset};
   int64_t partial_rows = 0;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, partial_rows = dispatch<TX, Bwd>(a, plan, pr.w_dtype, pr.dy.dtype, stream));
   if (!pr.dw) return;

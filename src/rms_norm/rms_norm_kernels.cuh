@@ -38,8 +38,8 @@ struct BwdArgs {
 
 // The cached kernels hold NV 16-byte vectors of a row per thread: 4 forward; 2 backward, 4 for rows too long for 2
 // (fewer registers and more resident warps against more bytes in flight per thread).
-constexpr int kFwdMaxThreads = 1024;    // cached forward: 32 floats of x per thread stay in registers
-constexpr int kBwdMaxThreads = 512;     // cached backward: x, g and the dw sums (96 floats) need up to 128 registers
+constexpr int kFwdMaxThreads = 1024;  // cached forward: 32 floats of x per thread stay in registers
+constexpr int kBwdMaxThreads = 512;   // cached backward: x, g and the dw sums (96 floats) need up to 128 registers
 
 namespace kern {
 

@@ -23,8 +23,8 @@ struct Problem {
   int64_t dim = 0;     // D, head dim
   int64_t rotary = 0;  // R, rotated dims (even, <= D)
   bool interleaved = false;
-  bool backward = false;  // rotate by -theta (the transpose of the forward)
-  bool in_place = false;  // out is x: the pass-through dims are left alone
+  bool backward = false;       // rotate by -theta (the transpose of the forward)
+  bool in_place = false;       // out is x: the pass-through dims are left alone
   int h_axis = 1, t_axis = 2;  // which outer dims are the head and the position (the batch is dim 0)
 
   int64_t rows() const { return size[0] * size[1] * size[2]; }

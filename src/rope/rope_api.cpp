@@ -71,8 +71,7 @@ Problem build(const tigon_tensor* x_in, const tigon_tensor* cos_in, const tigon_
   check_table(c, "cos", x, d);
   check_table(s, "sin", x, d);
   for (int i = 0; i < 3; ++i)
-    if (s.shape[i] != c.shape[i])
-      fail_arg("sin", "must have cos's shape ", shape_string(c), ", got ", shape_string(s));
+    if (s.shape[i] != c.shape[i]) fail_arg("sin", "must have cos's shape ", shape_string(c), ", got ", shape_string(s));
   p.cs_dtype = dtype_of(c, "cos");
   check_dtype_in(p.cs_dtype, "cos", {DType::kFloat32, p.dtype});
   if (dtype_of(s, "sin") != p.cs_dtype)
@@ -121,8 +120,8 @@ void run(const tigon_tensor* x, const Problem* parts, int n, void* stream) {
 }
 
 // q and k in one call: k must agree with q on everything but its head count and strides.
-void check_pair(const tigon_tensor* q, const tigon_tensor* k, const char* q_name, const char* k_name,
-                const Problem& pq, const Problem& pk) {
+void check_pair(const tigon_tensor* q, const tigon_tensor* k, const char* q_name, const char* k_name, const Problem& pq,
+                const Problem& pk) {
   check_same_device(*q, q_name, *k, k_name);
   if (pk.dtype != pq.dtype)
     fail_dtype(k_name, dtype_name(pk.dtype), " differs from ", q_name, "'s ", dtype_name(pq.dtype));

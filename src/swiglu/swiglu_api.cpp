@@ -43,7 +43,7 @@ RowMatrix like(const tigon_tensor* t, const char* arg, const tigon_tensor& ref, 
   const RowMatrix m = as_rows(tt, arg);
   if (m.dtype != rm.dtype)
     fail_dtype(arg, dtype_name(m.dtype), " differs from '", ref_arg, "' (", dtype_name(rm.dtype),
-             "); every tensor of the op has one dtype");
+               "); every tensor of the op has one dtype");
   if (m.rows != rm.rows || m.cols != rm.cols)
     fail_arg(arg, "must have ", rm.rows, " rows of ", rm.cols, " like '", ref_arg, "', got ", m.rows, " rows of ",
              m.cols, " (shape ", shape_string(tt), ")");

@@ -94,8 +94,7 @@ __global__ void glu_fwd(FwdArgs p) {
     // Rounded where Hugging Face's `act_fn(a * g) * b` rounds in T (a * 1 and products with 1 are exact: the default
     // costs a few register operations per element, no memory traffic).
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      c[j] = round_to<T>(act_fwd<Act>(round_to<T>(a[j] * p.gate))) * b[j] * p.down;
+    for (int j = 0; j < V; ++j) c[j] = round_to<T>(act_fwd<Act>(round_to<T>(a[j] * p.gate))) * b[j] * p.down;
     store_vec<T, V>(static_cast<T*>(p.c) + row * p.c_stride + col, c);
   }
 }

@@ -16,8 +16,9 @@ inline bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-#define SKIP_WITHOUT_GPU() \
-  if (!::tigon_test::have_gpu()) GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine (scripts/gpu-check)"
+#define SKIP_WITHOUT_GPU()       \
+  if (!::tigon_test::have_gpu()) \
+  GTEST_SKIP() << "no CUDA device: the GPU tests run on the GPU machine (scripts/gpu-check)"
 
 // Runs a test on the normalizations' uncached kernels (RMSNorm, LayerNorm), restoring the library's plan after.
 class UncachedNorms : public ::testing::Test {

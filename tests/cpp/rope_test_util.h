@@ -44,7 +44,9 @@ struct Host4 {
     std::normal_distribution<double> n(0.0, 1.0);
     each([&](int64_t a, int64_t b, int64_t c, int64_t d) { set(a, b, c, d, n(rng)); });
   }
-  void poison() { each([&](int64_t a, int64_t b, int64_t c, int64_t d) { set(a, b, c, d, std::nan("")); }); }
+  void poison() {
+    each([&](int64_t a, int64_t b, int64_t c, int64_t d) { set(a, b, c, d, std::nan("")); });
+  }
   tigon::TensorView view(void* ptr = nullptr, tigon_device dev = tigon::cpu()) {
     return tigon::TensorView(ptr ? ptr : bytes.data(), {shape[0], shape[1], shape[2], shape[3]}, to_dl(dtype), dev,
                              {stride[0], stride[1], stride[2], stride[3]});

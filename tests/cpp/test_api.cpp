@@ -23,8 +23,8 @@ void expect_bad(tigon_status_t st, const char* arg) {
 }
 
 struct Fixture {
-  HostMat x{DType::kFloat32, 4, 16}, y{DType::kFloat32, 4, 16}, w{DType::kFloat32, 1, 16},
-      rstd{DType::kFloat32, 1, 4}, dx{DType::kFloat32, 4, 16};
+  HostMat x{DType::kFloat32, 4, 16}, y{DType::kFloat32, 4, 16}, w{DType::kFloat32, 1, 16}, rstd{DType::kFloat32, 1, 4},
+      dx{DType::kFloat32, 4, 16};
   tigon::TensorView xv = x.view(), yv = y.view(), dxv = dx.view();
   tigon::TensorView wv{w.data(), {16}, tigon::dtype::float32};
   tigon::TensorView rv{rstd.data(), {4}, tigon::dtype::float32};
@@ -46,8 +46,9 @@ TEST(Api, DTypeErrorsFollowTheMessageConvention) {
   expect_dtype_error(tigon_rms_norm_fwd(f.xv, f64_w, f.yv, f.rv, f.p, nullptr), "weight", true);
   HostMat half_b(DType::kFloat16, 1, 16);
   tigon::TensorView bv(half_b.data(), {16}, tigon::dtype::float16);
-  expect_dtype_error(tigon_layer_norm_fwd(f.xv, f.wv, bv, f.yv, nullptr, nullptr, tigon_layer_norm_params{1e-5f},
-                                          nullptr), "bias", true);
+  expect_dtype_error(
+      tigon_layer_norm_fwd(f.xv, f.wv, bv, f.yv, nullptr, nullptr, tigon_layer_norm_params{1e-5f}, nullptr), "bias",
+      true);
   tigon::TensorView short_w(f.w.data(), {15}, tigon::dtype::float32);
   expect_dtype_error(tigon_rms_norm_fwd(f.xv, short_w, f.yv, f.rv, f.p, nullptr), "weight", false);
 }

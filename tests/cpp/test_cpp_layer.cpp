@@ -69,9 +69,12 @@ TEST(CppLayer, SwigluAndCrossEntropy) {
   tigon::cross_entropy_fwd(lv, tv, nullptr, lossv, nullptr, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
   EXPECT_NEAR(loss[0], std::log(4.f), 1e-6f);  // uniform logits over 4 classes
   TensorView bad_target(target.data(), {1}, dt::float32);
-  expect_error_naming([&] {
-    tigon::cross_entropy_fwd(lv, bad_target, nullptr, lossv, nullptr, nullptr, nullptr, &gv, cp, ws.data(), ws.size());
-  }, "target");
+  expect_error_naming(
+      [&] {
+        tigon::cross_entropy_fwd(lv, bad_target, nullptr, lossv, nullptr, nullptr, nullptr, &gv, cp, ws.data(),
+                                 ws.size());
+      },
+      "target");
 }
 
 TEST(CppLayer, FusedLinearCrossEntropy) {
@@ -92,10 +95,12 @@ TEST(CppLayer, FusedLinearCrossEntropy) {
   EXPECT_NEAR(dx[0], 0.f, 1e-7f);  // sum over v of (p_v - [v == t]) * 1
   tigon::fused_linear_cross_entropy_bwd(&dxv, &dwv, nullptr, hv);
   TensorView short_target(target.data(), {1}, dt::int64);
-  expect_error_naming([&] {
-    tigon::fused_linear_cross_entropy_fwd(xv, wv, nullptr, short_target, nullptr, nullptr, lossv, nullptr, nullptr,
-                                          nullptr, nullptr, nullptr, nullptr, p, nullptr, 0);
-  }, "target");
+  expect_error_naming(
+      [&] {
+        tigon::fused_linear_cross_entropy_fwd(xv, wv, nullptr, short_target, nullptr, nullptr, lossv, nullptr, nullptr,
+                                              nullptr, nullptr, nullptr, nullptr, p, nullptr, 0);
+      },
+      "target");
 }
 
 }  // namespace

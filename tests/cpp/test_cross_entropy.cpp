@@ -52,7 +52,8 @@ TEST(CrossEntropyReference, MatchesNaiveFp64WithWeightsSmoothingAndIgnoredRows) 
         lv(&loss, {}, tigon::dtype::float32);
     ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, wv, lv, nullptr, nullptr, nullptr, gv, params(TIGON_REDUCTION_MEAN, 0.2f),
                                       nullptr, 0, nullptr),
-              TIGON_SUCCESS) << tigon_last_error();
+              TIGON_SUCCESS)
+        << tigon_last_error();
     double sum = 0, W = 0;
     std::vector<double> g(V);
     std::vector<std::vector<double>> grads(N, std::vector<double>(V, 0.0));
@@ -81,9 +82,11 @@ TEST(CrossEntropyReference, InPlaceEqualsOutOfPlaceAndScaleMultiplies) {
   tigon::TensorView tv(t.data(), {N}, tigon::dtype::int32), lv(loss.data(), {N}, tigon::dtype::float32),
       lv2(loss2.data(), {N}, tigon::dtype::float32);
   ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, gv, params(TIGON_REDUCTION_NONE),
-                                    nullptr, 0, nullptr), TIGON_SUCCESS);
+                                    nullptr, 0, nullptr),
+            TIGON_SUCCESS);
   ASSERT_EQ(tigon_cross_entropy_fwd(lgv, tv, nullptr, lv2, nullptr, nullptr, nullptr, lgv, params(TIGON_REDUCTION_NONE),
-                                    nullptr, 0, nullptr), TIGON_SUCCESS);
+                                    nullptr, 0, nullptr),
+            TIGON_SUCCESS);
   EXPECT_EQ(loss, loss2);
   EXPECT_EQ(worst_ratio(logits, grad, 0, 0), 0.0);
   std::vector<float> scale = {2.f, 1.f, 0.f, -1.f};

@@ -92,8 +92,10 @@ void run_case(const Case& c, const char* variant, double mean = 0.0, bool scalin
     tigon::TensorView tv(t.data(), {N}, tigon::dtype::int64), wv(w.data(), {V}, tigon::dtype::float32),
         lv(rloss.data(), {n_out}, tigon::dtype::float32), zv(rz.data(), {n_out}, tigon::dtype::float32),
         av(racc.data(), {n_out}, tigon::dtype::float32), pv(rpred.data(), {N}, tigon::dtype::int64);
-    ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, pv, gv, p, nullptr, 0,
-              nullptr), TIGON_SUCCESS) << tigon_last_error();
+    ASSERT_EQ(
+        tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, pv, gv, p, nullptr, 0, nullptr),
+        TIGON_SUCCESS)
+        << tigon_last_error();
   }
   // the same on the GPU; in place the gradient lands in the logits' buffer
   Dev gx(x.data(), x.span_bytes()), gg(grad.data(), grad.span_bytes()), gt(t.data(), N * 8), gw(w.data(), V * 4),
@@ -108,11 +110,14 @@ void run_case(const Case& c, const char* variant, double mean = 0.0, bool scalin
       lv(gl.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)),
       zv(gz.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)),
       av(ga.ptr, {n_out}, tigon::dtype::float32, tigon::cuda(0)), pv(gp.ptr, {N}, tigon::dtype::int64, tigon::cuda(0));
-  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, pv, gv, p, ws.get(),
-                                    ws.size(), nullptr), TIGON_SUCCESS) << tigon_last_error();
+  ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, weighted ? wv.get() : nullptr, lv, zv, av, pv, gv, p, ws.get(), ws.size(),
+                                    nullptr),
+            TIGON_SUCCESS)
+      << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   if (variant) {
-    const std::string ran = tigon_testing_cross_entropy_last_kernel(), want = expected_kernel(variant, dt, N, V, V + pad);
+    const std::string ran = tigon_testing_cross_entropy_last_kernel(),
+                      want = expected_kernel(variant, dt, N, V, V + pad);
     EXPECT_EQ(ran.substr(0, want.size()), want) << "variant " << variant << " ran " << ran;
   }
   (in_place ? gx : gg).fetch(grad.data());
@@ -177,20 +182,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Case{DType::kBFloat16, 64, 4096, 0, kMean, 0.f, 0.f, 0.f, false, true},
         Case{DType::kBFloat16, 16, 32000, 0, kMean, 0.1f, 1e-4f, 0.f, true, false},
-        Case{DType::kFloat16, 9, 32001, 0, kSum, 0.f, 0.f, 30.f, false, true},     // odd vocab: scalar path
-        Case{DType::kFloat32, 7, 1001, 3, kNone, 0.2f, 1e-3f, 0.f, true, false},   // aligned rows, a 1-element tail
+        Case{DType::kFloat16, 9, 32001, 0, kSum, 0.f, 0.f, 30.f, false, true},      // odd vocab: scalar path
+        Case{DType::kFloat32, 7, 1001, 3, kNone, 0.2f, 1e-3f, 0.f, true, false},    // aligned rows, a 1-element tail
         Case{DType::kBFloat16, 5, 262144, 8, kMean, 0.05f, 0.f, 50.f, true, true},  // largest vocab, padded rows
-        Case{DType::kFloat32, 3, 1001, 0, kMean, 0.f, 0.f, 0.f, false, false},     // unaligned rows
+        Case{DType::kFloat32, 3, 1001, 0, kMean, 0.f, 0.f, 0.f, false, false},      // unaligned rows
         Case{DType::kBFloat16, 1, 1, 0, kNone, 0.f, 0.f, 0.f, false, false},
-        Case{DType::kFloat16, 300, 136, 0, kNone, 0.1f, 1e-4f, 5.f, true, true},   // many short rows
+        Case{DType::kFloat16, 300, 136, 0, kNone, 0.1f, 1e-4f, 5.f, true, true},  // many short rows
         Case{DType::kFloat32, 12, 128256, 0, kSum, 0.f, 1e-4f, 0.f, false, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, CrossEntropyCudaKernels,
     ::testing::Combine(
-        ::testing::Values("cluster", "cluster1", "cluster2", "cluster3", "cluster4", "cluster5", "cluster6",
-                          "cluster7", "cluster8", "classic"),
+        ::testing::Values("cluster", "cluster1", "cluster2", "cluster3", "cluster4", "cluster5", "cluster6", "cluster7",
+                          "cluster8", "classic"),
         ::testing::Values(
             Case{DType::kBFloat16, 3, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},       // the headline row
             Case{DType::kBFloat16, 257, 128256, 0, kMean, 0.f, 0.f, 0.f, false, true},     // more rows than SMs
@@ -220,11 +225,11 @@ class CrossEntropyCudaNegativeScale : public ::testing::TestWithParam<std::strin
 TEST_P(CrossEntropyCudaNegativeScale, MatchesReference) {
   SKIP_WITHOUT_GPU();
   run_case(Case{DType::kBFloat16, 7, 32001, 7, kSum, 0.f, 0.1f, 0.f, false, true}, GetParam().c_str(), -60.0);  // tail
-  run_case(Case{DType::kFloat32, 5, 1001, 0, kSum, 0.f, 0.1f, 0.f, false, false}, GetParam().c_str(), -60.0);  // unaligned
+  run_case(Case{DType::kFloat32, 5, 1001, 0, kSum, 0.f, 0.1f, 0.f, false, false}, GetParam().c_str(),
+           -60.0);  // unaligned
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaNegativeScale,
-                         ::testing::Values("cluster", "cluster8", "classic"));
+INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaNegativeScale, ::testing::Values("cluster", "cluster8", "classic"));
 
 // Token scaling: every thread of every block needs the target's logit (the cluster kernel's other blocks included).
 class CrossEntropyCudaTokenScaling : public ::testing::TestWithParam<std::string> {};
@@ -261,7 +266,9 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
       lv(gl.ptr, {N}, tigon::dtype::float32, tigon::cuda(0));
   ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, nullptr, nullptr, nullptr, xv,
                                     tigon_cross_entropy_params{-100, 0.f, 0.f, 0.f, TIGON_REDUCTION_NONE}, ws.get(),
-                                    ws.size(), nullptr), TIGON_SUCCESS) << tigon_last_error();
+                                    ws.size(), nullptr),
+            TIGON_SUCCESS)
+      << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   gl.fetch(loss.data());
   HostMat g = x;
@@ -274,8 +281,7 @@ TEST_P(CrossEntropyCudaBadTarget, RowIsNaN) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget,
-                         ::testing::Values("cluster", "cluster2", "classic"));
+INSTANTIATE_TEST_SUITE_P(Variants, CrossEntropyCudaBadTarget, ::testing::Values("cluster", "cluster2", "classic"));
 
 // The loss alone (no gradient): the launcher's own plan runs the classic kernel from 128 KB rows (faster there
 // without a gradient) and the cluster kernel below; a forced cluster size keeps the cluster kernel. Both match the
@@ -298,7 +304,8 @@ TEST_P(CrossEntropyCudaLossOnly, MatchesReference) {
     tigon::TensorView tv(t.data(), {N}, tigon::dtype::int64), lv(&rloss, {1}, tigon::dtype::float32),
         zv(&rz, {1}, tigon::dtype::float32), av(&racc, {1}, tigon::dtype::float32);
     ASSERT_EQ(tigon_cross_entropy_fwd(x.view(), tv, nullptr, lv, zv, av, nullptr, nullptr, p, nullptr, 0, nullptr),
-              TIGON_SUCCESS) << tigon_last_error();
+              TIGON_SUCCESS)
+        << tigon_last_error();
   }
   const float poison[3] = {NAN, NAN, NAN};
   Dev gx(x.data(), x.span_bytes()), gt(t.data(), N * 8), go(poison, sizeof poison);
@@ -311,7 +318,8 @@ TEST_P(CrossEntropyCudaLossOnly, MatchesReference) {
       lv(out, {1}, tigon::dtype::float32, tigon::cuda(0)), zv(out + 1, {1}, tigon::dtype::float32, tigon::cuda(0)),
       av(out + 2, {1}, tigon::dtype::float32, tigon::cuda(0));
   ASSERT_EQ(tigon_cross_entropy_fwd(xv, tv, nullptr, lv, zv, av, nullptr, nullptr, p, ws.get(), ws.size(), nullptr),
-            TIGON_SUCCESS) << tigon_last_error();
+            TIGON_SUCCESS)
+      << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::string ran = tigon_testing_cross_entropy_last_kernel();
   const std::string want = variant == "cluster" && V * 2 >= (128 << 10) ? "classic" : "cluster";
@@ -336,9 +344,27 @@ TEST(CrossEntropyCudaApi, KernelNames) {
   for (const char* name : {"cluster", "cluster1", "cluster2", "cluster3", "cluster4", "cluster5", "cluster6",
                            "cluster7", "cluster8", "classic"})
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_SUCCESS) << name << ": " << tigon_last_error();
-  for (const char* name : {"", "cluster0", "cluster9", "cluster16", "cluster08", "clusterx", "cluster8-", "cluster4-t64",
-                           "cluster7-t128-a8", "cluster-h8", "cluster6-a1-p5", "classic4", "classics", "walk", "walk4",
-                           "pipe", "pipe8", "regs", "regswalk4", "l2", "cluster-poly"}) {
+  for (const char* name : {"",
+                           "cluster0",
+                           "cluster9",
+                           "cluster16",
+                           "cluster08",
+                           "clusterx",
+                           "cluster8-",
+                           "cluster4-t64",
+                           "cluster7-t128-a8",
+                           "cluster-h8",
+                           "cluster6-a1-p5",
+                           "classic4",
+                           "classics",
+                           "walk",
+                           "walk4",
+                           "pipe",
+                           "pipe8",
+                           "regs",
+                           "regswalk4",
+                           "l2",
+                           "cluster-poly"}) {
     EXPECT_EQ(tigon_testing_cross_entropy_kernel(name), TIGON_ERROR_INVALID_ARGUMENT) << name;
     EXPECT_NE(std::string(tigon_last_error()).find("'name'"), std::string::npos) << tigon_last_error();
   }

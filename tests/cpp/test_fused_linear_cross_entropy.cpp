@@ -31,8 +31,17 @@ struct Case {
   HostMat x, w, b, dx, dw, db;
   std::vector<int64_t> t;
   Case(int64_t n, int64_t h, int64_t v, DType d, unsigned seed)
-      : N(n), H(h), V(v), dt(d), x(d, n, h), w(d, v, h), b(d, 1, v), dx(d, n, h), dw(DType::kFloat32, v, h),
-        db(DType::kFloat32, 1, v), t(size_t(n)) {
+      : N(n),
+        H(h),
+        V(v),
+        dt(d),
+        x(d, n, h),
+        w(d, v, h),
+        b(d, 1, v),
+        dx(d, n, h),
+        dw(DType::kFloat32, v, h),
+        db(DType::kFloat32, 1, v),
+        t(size_t(n)) {
     std::mt19937 rng(seed);
     x.fill_random(rng);
     w.fill_random(rng, 1.0 / std::sqrt(double(h)));
@@ -48,14 +57,13 @@ struct Case {
     auto xv = x.view(), wv = w.view(), dxv = dx.view();
     HostMat& dwh = dwm ? const_cast<HostMat&>(*dwm) : dw;
     tigon::TensorView bv(b.data(), {V}, to_dl(dt)), tv(t.data(), {N}, tigon::dtype::int64),
-        lv(loss.data(), {int64_t(loss.size())}, tigon::dtype::float32),
-        dwv(dwh.data(), {V, H}, to_dl(dwh.dtype)), dbv(db.data(), {V}, tigon::dtype::float32),
+        lv(loss.data(), {int64_t(loss.size())}, tigon::dtype::float32), dwv(dwh.data(), {V, H}, to_dl(dwh.dtype)),
+        dbv(db.data(), {V}, tigon::dtype::float32),
         gv(grad_output ? const_cast<float*>(grad_output->data()) : nullptr,
            {grad_output ? int64_t(grad_output->size()) : 0}, tigon::dtype::float32);
     return tigon_fused_linear_cross_entropy_fwd(xv, wv, bias ? bv.get() : nullptr, tv, nullptr,
                                                 grad_output ? gv.get() : nullptr, lv, nullptr, nullptr, nullptr, dxv,
-    dwv,
-                                                bias ? dbv.get() : nullptr, p, nullptr, 0, nullptr);
+                                                dwv, bias ? dbv.get() : nullptr, p, nullptr, 0, nullptr);
   }
 };
 
@@ -120,7 +128,7 @@ TEST(FusedLinearCrossEntropyReference, PerTokenGradOutputIsMaskingForZerosAndOne
   // NONE: a per-token grad_output of 0 or 1 gives the gradients of the kept tokens alone, which is what ignoring the
   // zeroed tokens gives.
   Case c(7, 8, 11, DType::kFloat32, 7);
-  std::vector<float> loss(size_t(c.N)), go = {1, 0, 1, 1, 0, 0, 1};
+  std::vector<float> loss(size_t(c.N)), go = { 1, 0, 1, 1, 0, 0, 1 };
   ASSERT_EQ(c.run(loss, params(TIGON_REDUCTION_NONE, 3), nullptr, &go), TIGON_SUCCESS) << tigon_last_error();
   const HostMat dx = c.dx, dw = c.dw, db = c.db;
   for (size_t i = 0; i < go.size(); ++i)
@@ -156,8 +164,8 @@ TEST(FusedLinearCrossEntropyApi, ChunkPlanAndWorkspace) {
   int64_t rows = 0;
   Params p = params(TIGON_REDUCTION_MEAN);
   ASSERT_EQ(tigon_fused_linear_cross_entropy_workspace_size(xv, wv, p, &bytes, &rows), TIGON_SUCCESS);
-  EXPECT_EQ(bytes, 0u);  // the CPU path needs none
-  EXPECT_EQ(rows, 257);  // all in one chunk under the default budget
+  EXPECT_EQ(bytes, 0u);              // the CPU path needs none
+  EXPECT_EQ(rows, 257);              // all in one chunk under the default budget
   p.memory_budget = 50 * 32008 * 2;  // 50 rows of logits (V padded to 8)
   ASSERT_EQ(tigon_fused_linear_cross_entropy_workspace_size(xv, wv, p, nullptr, &rows), TIGON_SUCCESS);
   EXPECT_EQ(rows, 43);  // 6 chunks, evened out
@@ -172,8 +180,8 @@ void expect_arg_error(tigon_status_t status, const char* arg) {
 
 TEST(FusedLinearCrossEntropyApi, EveryBadArgumentIsNamed) {
   HostMat x(DType::kBFloat16, 4, 8), xi(DType::kInt32, 4, 8), w(DType::kBFloat16, 5, 8), w7(DType::kBFloat16, 5, 7),
-      w32(DType::kFloat32, 5, 8), dx3(DType::kBFloat16, 3, 8), dw16(DType::kBFloat16, 5, 8),
-      dwh(DType::kFloat16, 5, 8), dw32(DType::kFloat32, 5, 8);
+      w32(DType::kFloat32, 5, 8), dx3(DType::kBFloat16, 3, 8), dw16(DType::kBFloat16, 5, 8), dwh(DType::kFloat16, 5, 8),
+      dw32(DType::kFloat32, 5, 8);
   std::vector<int64_t> t = {0, 1, 2, 3}, t_bad = {0, 9, 2, 3};
   std::vector<float> f(64, 1.f);
   auto xv = x.view(), xiv = xi.view(), wv = w.view(), w7v = w7.view(), w32v = w32.view(), dx3v = dx3.view();
@@ -190,8 +198,8 @@ TEST(FusedLinearCrossEntropyApi, EveryBadArgumentIsNamed) {
                  const tigon_tensor* cw_ = nullptr, const tigon_tensor* go_ = nullptr,
                  const tigon_tensor* dx_ = nullptr, const tigon_tensor* dw_ = nullptr,
                  const tigon_tensor* db_ = nullptr) {
-    return tigon_fused_linear_cross_entropy_fwd(x_, w_, b_, t_, cw_, go_, l_, nullptr, nullptr, nullptr, dx_, dw_,
-                                                db_, p, nullptr, 0, nullptr);
+    return tigon_fused_linear_cross_entropy_fwd(x_, w_, b_, t_, cw_, go_, l_, nullptr, nullptr, nullptr, dx_, dw_, db_,
+                                                p, nullptr, 0, nullptr);
   };
   expect_arg_error(fwd(nullptr, wv, tv, loss), "x");
   expect_arg_error(fwd(xiv, wv, tv, loss), "x");
@@ -225,8 +233,8 @@ TEST(FusedLinearCrossEntropyApi, EveryBadArgumentIsNamed) {
   bad.ce.label_smoothing = 2.f;
   expect_arg_error(fwd(xv, wv, tv, loss, bad), "label_smoothing");
   // allowed: a bf16 dW in one chunk, or in several when asked for
-  EXPECT_EQ(fwd(xv, wv, tv, loss, mean, nullptr, nullptr, nullptr, nullptr, dw16v),
-    TIGON_SUCCESS) << tigon_last_error();
+  EXPECT_EQ(fwd(xv, wv, tv, loss, mean, nullptr, nullptr, nullptr, nullptr, dw16v), TIGON_SUCCESS)
+      << tigon_last_error();
   Params lowp = params(TIGON_REDUCTION_MEAN, 1);
   lowp.dw_accumulation = TIGON_DW_ACCUMULATE_DTYPE;
   EXPECT_EQ(fwd(xv, wv, tv, loss, lowp, nullptr, nullptr, nullptr, nullptr, dw16v), TIGON_SUCCESS)

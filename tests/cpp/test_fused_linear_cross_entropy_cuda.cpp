@@ -46,9 +46,21 @@ struct Problem {
   Opts o;
   HostMat x, w, b, t, cw, go, loss, dx, dw, db;
   Problem(DType d, int64_t n, int64_t h, int64_t v, int64_t pad, const Opts& opts)
-      : dt(d), N(n), H(h), V(v), o(opts), x(d, n, h, h + pad), w(d, v, h), b(d, 1, v), t(DType::kInt64, 1, n),
-        cw(DType::kFloat32, 1, v), go(DType::kFloat32, 1, n), loss(DType::kFloat32, 1, opts.reduction ? 1 : n),
-        dx(d, n, h), dw(DType::kFloat32, v, h), db(DType::kFloat32, 1, v) {
+      : dt(d),
+        N(n),
+        H(h),
+        V(v),
+        o(opts),
+        x(d, n, h, h + pad),
+        w(d, v, h),
+        b(d, 1, v),
+        t(DType::kInt64, 1, n),
+        cw(DType::kFloat32, 1, v),
+        go(DType::kFloat32, 1, n),
+        loss(DType::kFloat32, 1, opts.reduction ? 1 : n),
+        dx(d, n, h),
+        dw(DType::kFloat32, v, h),
+        db(DType::kFloat32, 1, v) {
     std::mt19937 rng(unsigned(n * 7 + h + v));
     x.fill_random(rng);
     w.fill_random(rng, 2.0 / std::sqrt(double(h)));
@@ -86,13 +98,12 @@ struct Problem {
     size_t bytes = 0;
     ASSERT_EQ(tigon_fused_linear_cross_entropy_workspace_size(xv, wv, params(), &bytes, nullptr), TIGON_SUCCESS);
     tigon::Buffer ws(bytes, dev);
-    ASSERT_EQ(tigon_fused_linear_cross_entropy_fwd(xv, wv, o.bias ? bv.get() : nullptr, tv,
-                                                   o.class_weight ? cwv.get() : nullptr,
-                                                   o.per_token_go ? gov.get() : nullptr, lv, nullptr, nullptr,
-    nullptr, dxv,
-                                                   dwv, o.bias ? dbv.get() : nullptr, params(), ws.get(), ws.size(),
-                                                   nullptr),
-              TIGON_SUCCESS) << tigon_last_error();
+    ASSERT_EQ(tigon_fused_linear_cross_entropy_fwd(
+                  xv, wv, o.bias ? bv.get() : nullptr, tv, o.class_weight ? cwv.get() : nullptr,
+                  o.per_token_go ? gov.get() : nullptr, lv, nullptr, nullptr, nullptr, dxv, dwv,
+                  o.bias ? dbv.get() : nullptr, params(), ws.get(), ws.size(), nullptr),
+              TIGON_SUCCESS)
+        << tigon_last_error();
     if (!gpu) return;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (int i : {6, 7, 8, 9}) *mats[i] = d[size_t(i)]->fetch();

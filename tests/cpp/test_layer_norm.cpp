@@ -98,26 +98,25 @@ TEST_P(LayerNormReference, MatchesNaiveFp64) {
   EXPECT_LE(max_rel(n.db, db, 1.0), 2 * rtol_of(pt));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, LayerNormReference,
-    ::testing::Values(Case{DType::kFloat32, DType::kFloat32, true, true, 5, 123},
-                      Case{DType::kBFloat16, DType::kBFloat16, true, true, 7, 64},
-                      Case{DType::kBFloat16, DType::kFloat32, true, false, 3, 100},
-                      Case{DType::kFloat16, DType::kFloat16, false, true, 4, 257},
-                      Case{DType::kFloat16, DType::kFloat32, false, false, 2, 33},
-                      Case{DType::kFloat32, DType::kFloat32, true, true, 1, 1},
-                      Case{DType::kBFloat16, DType::kBFloat16, true, true, 3, 1000}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return std::string(short_name(std::get<0>(c))) + "_p" + short_name(std::get<1>(c)) +
-             (std::get<2>(c) ? "_w" : "") + (std::get<3>(c) ? "_b" : "") + "_" + std::to_string(std::get<4>(c)) +
-             "x" + std::to_string(std::get<5>(c));
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormReference,
+                         ::testing::Values(Case{DType::kFloat32, DType::kFloat32, true, true, 5, 123},
+                                           Case{DType::kBFloat16, DType::kBFloat16, true, true, 7, 64},
+                                           Case{DType::kBFloat16, DType::kFloat32, true, false, 3, 100},
+                                           Case{DType::kFloat16, DType::kFloat16, false, true, 4, 257},
+                                           Case{DType::kFloat16, DType::kFloat32, false, false, 2, 33},
+                                           Case{DType::kFloat32, DType::kFloat32, true, true, 1, 1},
+                                           Case{DType::kBFloat16, DType::kBFloat16, true, true, 3, 1000}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return std::string(short_name(std::get<0>(c))) + "_p" + short_name(std::get<1>(c)) +
+                                  (std::get<2>(c) ? "_w" : "") + (std::get<3>(c) ? "_b" : "") + "_" +
+                                  std::to_string(std::get<4>(c)) + "x" + std::to_string(std::get<5>(c));
+                         });
 
 TEST(LayerNormReference, InPlaceBackwardEqualsOutOfPlace) {
   std::mt19937 rng(3);
-  HostMat x(DType::kFloat32, 4, 50), y(DType::kFloat32, 4, 50), dy(DType::kFloat32, 4, 50),
-      mean(DType::kFloat32, 1, 4), rstd(DType::kFloat32, 1, 4), dx(DType::kFloat32, 4, 50);
+  HostMat x(DType::kFloat32, 4, 50), y(DType::kFloat32, 4, 50), dy(DType::kFloat32, 4, 50), mean(DType::kFloat32, 1, 4),
+      rstd(DType::kFloat32, 1, 4), dx(DType::kFloat32, 4, 50);
   x.fill_random(rng);
   dy.fill_random(rng);
   HostMat dy_copy = dy;
@@ -151,9 +150,8 @@ void expect_bad(tigon_status_t st, const char* arg) {
 }
 
 struct Fixture {
-  HostMat x{DType::kFloat32, 4, 16}, y{DType::kFloat32, 4, 16}, w{DType::kFloat32, 1, 16},
-      b{DType::kFloat32, 1, 16}, mean{DType::kFloat32, 1, 4}, rstd{DType::kFloat32, 1, 4},
-      dx{DType::kFloat32, 4, 16}, hw{DType::kBFloat16, 1, 16};
+  HostMat x{DType::kFloat32, 4, 16}, y{DType::kFloat32, 4, 16}, w{DType::kFloat32, 1, 16}, b{DType::kFloat32, 1, 16},
+      mean{DType::kFloat32, 1, 4}, rstd{DType::kFloat32, 1, 4}, dx{DType::kFloat32, 4, 16}, hw{DType::kBFloat16, 1, 16};
   tigon::TensorView xv = x.view(), yv = y.view(), dxv = dx.view();
   tigon::TensorView wv{w.data(), {16}, tigon::dtype::float32}, bv{b.data(), {16}, tigon::dtype::float32};
   tigon::TensorView mv{mean.data(), {4}, tigon::dtype::float32}, rv{rstd.data(), {4}, tigon::dtype::float32};

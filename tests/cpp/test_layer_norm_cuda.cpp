@@ -42,10 +42,11 @@ void check_case(const Case& c) {
     tigon::TensorView wv(w.data(), {cols}, to_dl(pt)), bv(b.data(), {cols}, to_dl(pt)),
         dwv(rdw.data(), {cols}, to_dl(pt)), dbv(rdb.data(), {cols}, tigon::dtype::float32),
         mv(rm.data(), {rows}, tigon::dtype::float32), rv(rr.data(), {rows}, tigon::dtype::float32);
-    ASSERT_EQ(tigon_layer_norm_fwd(xv, has_w ? wv.get() : nullptr, has_b ? bv.get() : nullptr, yv, mv, rv, p,
-                                   nullptr), TIGON_SUCCESS);
-    ASSERT_EQ(tigon_layer_norm_bwd(dyv, xv, has_w ? wv.get() : nullptr, mv, rv, dxv, has_w ? dwv.get() : nullptr,
-                                   dbv, nullptr, 0, nullptr), TIGON_SUCCESS);
+    ASSERT_EQ(tigon_layer_norm_fwd(xv, has_w ? wv.get() : nullptr, has_b ? bv.get() : nullptr, yv, mv, rv, p, nullptr),
+              TIGON_SUCCESS);
+    ASSERT_EQ(tigon_layer_norm_bwd(dyv, xv, has_w ? wv.get() : nullptr, mv, rv, dxv, has_w ? dwv.get() : nullptr, dbv,
+                                   nullptr, 0, nullptr),
+              TIGON_SUCCESS);
   }
   // The same on the GPU.
   DevMat gx(x), gw(w), gb(b), gy(y), gdy(dy), gdx(dx), gdw(dw), gdb(db), gm(mean), gr(rstd);
@@ -58,8 +59,9 @@ void check_case(const Case& c) {
   size_t ws_bytes = 0;
   ASSERT_EQ(tigon_layer_norm_bwd_workspace_size(xv, &ws_bytes), TIGON_SUCCESS);
   tigon::Buffer ws(ws_bytes, tigon::cuda(0));
-  ASSERT_EQ(tigon_layer_norm_bwd(dyv, xv, wp, mv, rv, dxv, has_w ? dwv.get() : nullptr, dbv, ws.get(), ws.size(),
-                                 nullptr), TIGON_SUCCESS)
+  ASSERT_EQ(
+      tigon_layer_norm_bwd(dyv, xv, wp, mv, rv, dxv, has_w ? dwv.get() : nullptr, dbv, ws.get(), ws.size(), nullptr),
+      TIGON_SUCCESS)
       << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -73,8 +75,9 @@ void check_case(const Case& c) {
 
   // dw and db are deterministic: a second backward gives the same bits.
   HostMat first_dw = gdw.fetch(), first_db = gdb.fetch();
-  ASSERT_EQ(tigon_layer_norm_bwd(dyv, xv, wp, mv, rv, dxv, has_w ? dwv.get() : nullptr, dbv, ws.get(), ws.size(),
-                                 nullptr), TIGON_SUCCESS);
+  ASSERT_EQ(
+      tigon_layer_norm_bwd(dyv, xv, wp, mv, rv, dxv, has_w ? dwv.get() : nullptr, dbv, ws.get(), ws.size(), nullptr),
+      TIGON_SUCCESS);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(worst_ratio(gdw.fetch(), first_dw, 0, 0), 0.0);
   EXPECT_EQ(worst_ratio(gdb.fetch(), first_db, 0, 0), 0.0);
@@ -93,37 +96,37 @@ TEST_P(LayerNormCudaUncached, MatchesReference) {
 // Which kernel each case reaches with the library's plan (forward 4 vectors per thread, backward 2 vectors of each of
 // 2 rows, or 4 of one row).
 const Case kShapes[] = {
-        // cached kernels, one row per block (forward 128-256 threads a row, backward 256-512)
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 64, 4096, 0},
-        Case{DType::kBFloat16, DType::kFloat32, true, true, 1, 4096, 0},
-        Case{DType::kFloat32, DType::kFloat32, true, true, 9, 4096, 4},
-        Case{DType::kFloat32, DType::kFloat32, false, false, 257, 4096, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 40, 8192, 0},
-        Case{DType::kFloat16, DType::kFloat32, true, false, 3, 8192, 0},
-        // cached, several warps a row and two row slots a block (forward 64 threads a row); aligned strided rows
-        Case{DType::kBFloat16, DType::kFloat32, true, true, 33, 2048, 8},
-        Case{DType::kBFloat16, DType::kBFloat16, true, false, 3, 2048, 8},
-        // cached, short rows: a warp or less a row, several rows a block; 1000 leaves padding vectors (125 of 128)
-        Case{DType::kFloat16, DType::kFloat16, false, true, 100, 1024, 0},
-        Case{DType::kFloat16, DType::kFloat32, true, false, 17, 128, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 1000, 8, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1000, 0},
-        Case{DType::kFloat32, DType::kFloat32, true, true, 3, 1000, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, false, false, 3, 5120, 0},
-        // forward cached; backward cached with 4 vectors of one row per thread (too long for 2 vectors x 2 rows)
-        Case{DType::kBFloat16, DType::kFloat32, true, true, 12, 16384, 0},
-        Case{DType::kFloat32, DType::kFloat32, true, true, 3, 8192, 0},
-        // forward cached at its longest (1024 threads); backward uncached
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 4, 32768, 0},
-        // uncached kernels: odd lengths, unaligned rows, rows too long to cache
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 5, 123, 0},
-        Case{DType::kFloat16, DType::kFloat32, true, true, 3, 65, 0},
-        Case{DType::kBFloat16, DType::kFloat32, false, true, 257, 65, 0},
-        Case{DType::kFloat32, DType::kFloat32, true, true, 3, 65537, 0},
-        Case{DType::kFloat16, DType::kFloat32, true, true, 4, 4096, 1},
-        Case{DType::kBFloat16, DType::kBFloat16, true, false, 6, 65536, 0},
-        Case{DType::kFloat32, DType::kFloat32, true, true, 1, 1, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1, 0}};
+    // cached kernels, one row per block (forward 128-256 threads a row, backward 256-512)
+    Case{DType::kBFloat16, DType::kBFloat16, true, true, 64, 4096, 0},
+    Case{DType::kBFloat16, DType::kFloat32, true, true, 1, 4096, 0},
+    Case{DType::kFloat32, DType::kFloat32, true, true, 9, 4096, 4},
+    Case{DType::kFloat32, DType::kFloat32, false, false, 257, 4096, 0},
+    Case{DType::kBFloat16, DType::kBFloat16, true, true, 40, 8192, 0},
+    Case{DType::kFloat16, DType::kFloat32, true, false, 3, 8192, 0},
+    // cached, several warps a row and two row slots a block (forward 64 threads a row); aligned strided rows
+    Case{DType::kBFloat16, DType::kFloat32, true, true, 33, 2048, 8},
+    Case{DType::kBFloat16, DType::kBFloat16, true, false, 3, 2048, 8},
+    // cached, short rows: a warp or less a row, several rows a block; 1000 leaves padding vectors (125 of 128)
+    Case{DType::kFloat16, DType::kFloat16, false, true, 100, 1024, 0},
+    Case{DType::kFloat16, DType::kFloat32, true, false, 17, 128, 0},
+    Case{DType::kBFloat16, DType::kBFloat16, true, true, 1000, 8, 0},
+    Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1000, 0},
+    Case{DType::kFloat32, DType::kFloat32, true, true, 3, 1000, 0},
+    Case{DType::kBFloat16, DType::kBFloat16, false, false, 3, 5120, 0},
+    // forward cached; backward cached with 4 vectors of one row per thread (too long for 2 vectors x 2 rows)
+    Case{DType::kBFloat16, DType::kFloat32, true, true, 12, 16384, 0},
+    Case{DType::kFloat32, DType::kFloat32, true, true, 3, 8192, 0},
+    // forward cached at its longest (1024 threads); backward uncached
+    Case{DType::kBFloat16, DType::kBFloat16, true, true, 4, 32768, 0},
+    // uncached kernels: odd lengths, unaligned rows, rows too long to cache
+    Case{DType::kBFloat16, DType::kBFloat16, true, true, 5, 123, 0},
+    Case{DType::kFloat16, DType::kFloat32, true, true, 3, 65, 0},
+    Case{DType::kBFloat16, DType::kFloat32, false, true, 257, 65, 0},
+    Case{DType::kFloat32, DType::kFloat32, true, true, 3, 65537, 0},
+    Case{DType::kFloat16, DType::kFloat32, true, true, 4, 4096, 1},
+    Case{DType::kBFloat16, DType::kBFloat16, true, false, 6, 65536, 0},
+    Case{DType::kFloat32, DType::kFloat32, true, true, 1, 1, 0},
+    Case{DType::kBFloat16, DType::kBFloat16, true, true, 257, 1, 0}};
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;

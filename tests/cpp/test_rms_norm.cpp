@@ -91,21 +91,21 @@ TEST_P(RmsNormReference, MatchesNaiveFp64) {
   EXPECT_LE(max_rel(n.dw, dw, 1.0), 2 * rtol_of(wt));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, RmsNormReference,
-    ::testing::Values(Case{DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 5, 123},
-                      Case{DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 7, 64},
-                      Case{DType::kBFloat16, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 3, 100},
-                      Case{DType::kFloat16, DType::kFloat16, TIGON_RMS_NORM_GEMMA, 4, 257},
-                      Case{DType::kBFloat16, DType::kFloat32, TIGON_RMS_NORM_GEMMA, 2, 33},
-                      Case{DType::kFloat16, DType::kFloat16, TIGON_RMS_NORM_NONE, 6, 96},
-                      Case{DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_NONE, 1, 1},
-                      Case{DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 3, 1000}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return std::string(short_name(std::get<0>(c))) + "_w" + short_name(std::get<1>(c)) + "_" +
-             mode_name(std::get<2>(c)) + "_" + std::to_string(std::get<3>(c)) + "x" + std::to_string(std::get<4>(c));
-    });
+INSTANTIATE_TEST_SUITE_P(Modes, RmsNormReference,
+                         ::testing::Values(Case{DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 5, 123},
+                                           Case{DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 7, 64},
+                                           Case{DType::kBFloat16, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 3, 100},
+                                           Case{DType::kFloat16, DType::kFloat16, TIGON_RMS_NORM_GEMMA, 4, 257},
+                                           Case{DType::kBFloat16, DType::kFloat32, TIGON_RMS_NORM_GEMMA, 2, 33},
+                                           Case{DType::kFloat16, DType::kFloat16, TIGON_RMS_NORM_NONE, 6, 96},
+                                           Case{DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_NONE, 1, 1},
+                                           Case{DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 3, 1000}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return std::string(short_name(std::get<0>(c))) + "_w" + short_name(std::get<1>(c)) + "_" +
+                                  mode_name(std::get<2>(c)) + "_" + std::to_string(std::get<3>(c)) + "x" +
+                                  std::to_string(std::get<4>(c));
+                         });
 
 TEST(RmsNormReference, LlamaRoundsTheNormalizedValueBeforeTheWeight) {
   // bf16 x with an fp32 weight: y = w * bf16(x * rstd), so y / w must be exactly a bf16 value.
@@ -125,8 +125,8 @@ TEST(RmsNormReference, LlamaRoundsTheNormalizedValueBeforeTheWeight) {
 
 TEST(RmsNormReference, InPlaceBackwardAndNoWeight) {
   std::mt19937 rng(3);
-  HostMat x(DType::kFloat32, 4, 50), y(DType::kFloat32, 4, 50), dy(DType::kFloat32, 4, 50),
-      rstd(DType::kFloat32, 1, 4), dx(DType::kFloat32, 4, 50);
+  HostMat x(DType::kFloat32, 4, 50), y(DType::kFloat32, 4, 50), dy(DType::kFloat32, 4, 50), rstd(DType::kFloat32, 1, 4),
+      dx(DType::kFloat32, 4, 50);
   x.fill_random(rng);
   dy.fill_random(rng);
   HostMat dy_copy = dy;

@@ -78,21 +78,20 @@ TEST_P(RmsNormCudaUncached, MatchesReference) {
   check_case(GetParam());
 }
 
-const Case kShapes[] = {
-        // cached kernels: aligned rows
-        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 64, 4096, 0},
-        Case{DType::kBFloat16, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 33, 2048, 8},
-        Case{DType::kFloat16, DType::kFloat16, DType::kFloat16, TIGON_RMS_NORM_GEMMA, 100, 1024, 0},
-        Case{DType::kBFloat16, DType::kFloat32, DType::kBFloat16, TIGON_RMS_NORM_GEMMA, 17, 128, 0},
-        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_NONE, 9, 4096, 4},
-        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 1000, 8, 0},
-        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 3, 5120, 0},
-        // uncached kernels: odd lengths, unaligned rows, rows too long to cache
-        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 5, 123, 0},
-        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 3, 65537, 0},
-        Case{DType::kFloat16, DType::kFloat32, DType::kFloat16, TIGON_RMS_NORM_LLAMA, 4, 4096, 1},
-        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_GEMMA, 6, 65536, 0},
-        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 1, 1, 0}};
+const Case kShapes[] = {// cached kernels: aligned rows
+                        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 64, 4096, 0},
+                        Case{DType::kBFloat16, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 33, 2048, 8},
+                        Case{DType::kFloat16, DType::kFloat16, DType::kFloat16, TIGON_RMS_NORM_GEMMA, 100, 1024, 0},
+                        Case{DType::kBFloat16, DType::kFloat32, DType::kBFloat16, TIGON_RMS_NORM_GEMMA, 17, 128, 0},
+                        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_NONE, 9, 4096, 4},
+                        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 1000, 8, 0},
+                        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 3, 5120, 0},
+                        // uncached kernels: odd lengths, unaligned rows, rows too long to cache
+                        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 5, 123, 0},
+                        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 3, 65537, 0},
+                        Case{DType::kFloat16, DType::kFloat32, DType::kFloat16, TIGON_RMS_NORM_LLAMA, 4, 4096, 1},
+                        Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_GEMMA, 6, 65536, 0},
+                        Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_LLAMA, 1, 1, 0}};
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;

@@ -12,8 +12,8 @@ using namespace tigon_test;
 namespace {
 
 // x * cos + rotate(x) * sin (forward) or g * cos + rotate^T(g * sin) (backward, autograd of the forward), one head.
-std::vector<double> naive_head(const std::vector<double>& x, const std::vector<double>& c,
-                               const std::vector<double>& s, bool interleaved, bool backward) {
+std::vector<double> naive_head(const std::vector<double>& x, const std::vector<double>& c, const std::vector<double>& s,
+                               bool interleaved, bool backward) {
   const size_t D = x.size(), R = c.size(), h = R / 2;
   std::vector<double> out = x, rot(R), xs(R);
   for (size_t j = 0; j < R; ++j) xs[j] = backward ? x[j] * s[j] : x[j];
@@ -114,10 +114,11 @@ struct Bad {
 
 TEST(RopeApi, EveryBadArgumentIsNamed) {
   Host4 x(DType::kBFloat16, {2, 4, 6, 16}), out(DType::kBFloat16, {2, 4, 6, 16}), cos(DType::kFloat32, {1, 1, 6, 8}),
-      sin(DType::kFloat32, {1, 1, 6, 8}), cos_odd(DType::kFloat32, {1, 1, 6, 7}), cos_wide(DType::kFloat32, {1, 1, 6, 18}),
-      cos_b3(DType::kFloat32, {1, 3, 6, 8}), cos_t5(DType::kFloat32, {1, 1, 5, 8}), cos_f16(DType::kFloat16, {1, 1, 6, 8}),
-      out_f32(DType::kFloat32, {2, 4, 6, 16}), out_small(DType::kBFloat16, {2, 4, 6, 15}), xi(DType::kInt32, {2, 4, 6, 16}),
-      sin_bf(DType::kBFloat16, {1, 1, 6, 8});
+      sin(DType::kFloat32, {1, 1, 6, 8}), cos_odd(DType::kFloat32, {1, 1, 6, 7}),
+      cos_wide(DType::kFloat32, {1, 1, 6, 18}), cos_b3(DType::kFloat32, {1, 3, 6, 8}),
+      cos_t5(DType::kFloat32, {1, 1, 5, 8}), cos_f16(DType::kFloat16, {1, 1, 6, 8}),
+      out_f32(DType::kFloat32, {2, 4, 6, 16}), out_small(DType::kBFloat16, {2, 4, 6, 15}),
+      xi(DType::kInt32, {2, 4, 6, 16}), sin_bf(DType::kBFloat16, {1, 1, 6, 8});
   auto xv = x.view(), ov = out.view(), cv = table_view(cos), sv = table_view(sin);
   const tigon_rope_params ok{0, 0};
   tigon::TensorView x3(x.bytes.data(), {2, 4, 96}, tigon::dtype::bfloat16);

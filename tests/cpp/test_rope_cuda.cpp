@@ -13,7 +13,8 @@ using namespace tigon_test;
 
 namespace {
 
-// A device copy of a host tensor's whole buffer, optionally `shift` bytes in (one element: still element-aligned, no longer 16-byte aligned).
+// A device copy of a host tensor's whole buffer, optionally `shift` bytes in (one element: still element-aligned, no
+// longer 16-byte aligned).
 struct Dev {
   Host4& host;
   char* base = nullptr;
@@ -77,8 +78,8 @@ TEST_P(RopeCuda, MatchesReferenceForwardBackwardInPlace) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const Host4 inplace = gx.fetch();
     inplace.each([&](int64_t a, int64_t b, int64_t c, int64_t d) {
-      ASSERT_EQ(inplace.at(a, b, c, d), got.at(a, b, c, d)) << "in place differs at " << a << "," << b << "," << c
-                                                            << "," << d;
+      ASSERT_EQ(inplace.at(a, b, c, d), got.at(a, b, c, d))
+          << "in place differs at " << a << "," << b << "," << c << "," << d;
     });
   }
 }
@@ -136,9 +137,11 @@ TEST_P(RopeQkCuda, OneLaunchForQAndKMatchesReference) {
       auto cv = table_view(cos), sv = table_view(sin);
       auto qv = q.view(), kv = k.view(), rqv = rq.view(), rkv = rk.view();
       ASSERT_EQ(bwd ? tigon_rope_bwd(qv, cv, sv, rqv, p, nullptr) : tigon_rope_fwd(qv, cv, sv, rqv, p, nullptr),
-                TIGON_SUCCESS) << tigon_last_error();
+                TIGON_SUCCESS)
+          << tigon_last_error();
       ASSERT_EQ(bwd ? tigon_rope_bwd(kv, cv, sv, rkv, p, nullptr) : tigon_rope_fwd(kv, cv, sv, rkv, p, nullptr),
-                TIGON_SUCCESS) << tigon_last_error();
+                TIGON_SUCCESS)
+          << tigon_last_error();
     }
     Dev gq(q), gk(k), gqo(qo), gko(ko), gcos(cos), gsin(sin);
     auto qv = q.view(gq.ptr(), tigon::cuda(0)), kv = k.view(gk.ptr(), tigon::cuda(0));

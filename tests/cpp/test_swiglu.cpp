@@ -66,28 +66,27 @@ TEST_P(SwigluReference, MatchesNaiveFp64) {
   const double tol = rtol_of(dt);
   EXPECT_LE(worst(c, [&](int64_t r, int64_t k) { return naive_act(act, a.at(r, k)) * b.at(r, k); }, 1e-3), tol);
   EXPECT_LE(worst(db, [&](int64_t r, int64_t k) { return naive_act(act, a.at(r, k)) * dc.at(r, k); }, 1e-3), tol);
-  EXPECT_LE(worst(da, [&](int64_t r, int64_t k) { return naive_grad(act, a.at(r, k)) * b.at(r, k) * dc.at(r, k); },
-                  1e-3),
+  EXPECT_LE(worst(
+                da, [&](int64_t r, int64_t k) { return naive_grad(act, a.at(r, k)) * b.at(r, k) * dc.at(r, k); }, 1e-3),
             tol + 1e-6);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Activations, SwigluReference,
-    ::testing::Values(Case{DType::kFloat32, TIGON_GLU_SILU, 5, 123, 0},
-                      Case{DType::kBFloat16, TIGON_GLU_SILU, 3, 64, 7},
-                      Case{DType::kFloat16, TIGON_GLU_SILU, 1, 1, 0},
-                      Case{DType::kFloat32, TIGON_GLU_GELU_TANH, 4, 77, 3},
-                      Case{DType::kBFloat16, TIGON_GLU_GELU_TANH, 6, 32, 0},
-                      Case{DType::kFloat16, TIGON_GLU_GELU_TANH, 2, 100, 1},
-                      Case{DType::kFloat32, TIGON_GLU_GELU_ERF, 3, 1001, 0},
-                      Case{DType::kBFloat16, TIGON_GLU_GELU_ERF, 7, 9, 5},
-                      Case{DType::kFloat16, TIGON_GLU_GELU_ERF, 2, 40, 0}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return std::string(short_name(std::get<0>(c))) + "_" + act_name(std::get<1>(c)) + "_" +
-             std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
-             std::to_string(std::get<4>(c));
-    });
+INSTANTIATE_TEST_SUITE_P(Activations, SwigluReference,
+                         ::testing::Values(Case{DType::kFloat32, TIGON_GLU_SILU, 5, 123, 0},
+                                           Case{DType::kBFloat16, TIGON_GLU_SILU, 3, 64, 7},
+                                           Case{DType::kFloat16, TIGON_GLU_SILU, 1, 1, 0},
+                                           Case{DType::kFloat32, TIGON_GLU_GELU_TANH, 4, 77, 3},
+                                           Case{DType::kBFloat16, TIGON_GLU_GELU_TANH, 6, 32, 0},
+                                           Case{DType::kFloat16, TIGON_GLU_GELU_TANH, 2, 100, 1},
+                                           Case{DType::kFloat32, TIGON_GLU_GELU_ERF, 3, 1001, 0},
+                                           Case{DType::kBFloat16, TIGON_GLU_GELU_ERF, 7, 9, 5},
+                                           Case{DType::kFloat16, TIGON_GLU_GELU_ERF, 2, 40, 0}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return std::string(short_name(std::get<0>(c))) + "_" + act_name(std::get<1>(c)) + "_" +
+                                  std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
+                                  std::to_string(std::get<4>(c));
+                         });
 
 // Falcon-H1's multipliers: c = act(a g) b d, da = act'(a g) g b dc d, db = act(a g) dc d. A few roundings to the
 // dtype (a g, act, the product; dc b in backward), each half a unit.
@@ -109,8 +108,7 @@ TEST(SwigluReference, MultipliersMatchNaiveFp64) {
       // a g as the op defines it, rounded to the dtype: act' moves by more than a rounding near its zeros
       const auto x = [&](int64_t r, int64_t k) { return tigon::round_to(dt, a.at(r, k) * g); };
       EXPECT_LE(worst(c, [&](int64_t r, int64_t k) { return naive_act(act, x(r, k)) * b.at(r, k) * d; }, 1e-3), tol);
-      EXPECT_LE(worst(db, [&](int64_t r, int64_t k) { return naive_act(act, x(r, k)) * dc.at(r, k) * d; }, 1e-3),
-                tol);
+      EXPECT_LE(worst(db, [&](int64_t r, int64_t k) { return naive_act(act, x(r, k)) * dc.at(r, k) * d; }, 1e-3), tol);
       const auto da_want = [&](int64_t r, int64_t k) {
         return naive_grad(act, x(r, k)) * g * b.at(r, k) * dc.at(r, k) * d;
       };

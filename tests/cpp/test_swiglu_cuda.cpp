@@ -84,8 +84,11 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       const int act = std::get<1>(c);
-      return std::string(short_name(std::get<0>(c))) + "_" + (act == 0 ? "silu" : act == 1 ? "tanh" : "erf") + "_" +
-             std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
+      return std::string(short_name(std::get<0>(c))) + "_" +
+             (act == 0   ? "silu"
+              : act == 1 ? "tanh"
+                         : "erf") +
+             "_" + std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
              std::to_string(std::get<4>(c));
     });
 
@@ -111,8 +114,8 @@ TEST(SwigluCudaMultipliers, MatchReference) {
         ASSERT_EQ(tigon_swiglu_bwd(gdc.view(), ga.view(), gb.view(), gda.view(), gdb.view(), p, nullptr),
                   TIGON_SUCCESS);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const std::string where = std::string(short_name(dt)) + " act=" + std::to_string(act) + " cols=" +
-                                  std::to_string(cols);
+        const std::string where =
+            std::string(short_name(dt)) + " act=" + std::to_string(act) + " cols=" + std::to_string(cols);
         expect_close(gc.fetch(), rc, ("c " + where).c_str());
         expect_close(gda.fetch(), rda, ("da " + where).c_str());
         expect_close(gdb.fetch(), rdb, ("db " + where).c_str());
@@ -144,8 +147,8 @@ TEST(SwigluCudaFused, HalvesOfGateUpMatchReference) {
                                  gd.cols_view(I, I), p, nullptr),
                 TIGON_SUCCESS);
       // in place over gate_up itself
-      ASSERT_EQ(tigon_swiglu_bwd(gdc.view(), g.cols_view(0, I), g.cols_view(I, I), g.cols_view(0, I),
-                                 g.cols_view(I, I), p, nullptr),
+      ASSERT_EQ(tigon_swiglu_bwd(gdc.view(), g.cols_view(0, I), g.cols_view(I, I), g.cols_view(0, I), g.cols_view(I, I),
+                                 p, nullptr),
                 TIGON_SUCCESS);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::string where = "I=" + std::to_string(I) + " act=" + std::to_string(act);

@@ -41,7 +41,10 @@ struct HostMat {
   int64_t rows, cols, stride;
   std::vector<uint8_t> bytes;
   HostMat(DType t, int64_t r, int64_t c, int64_t s = -1)
-      : dtype(t), rows(r), cols(c), stride(s < 0 ? c : s),
+      : dtype(t),
+        rows(r),
+        cols(c),
+        stride(s < 0 ? c : s),
         bytes(size_t((r > 0 ? (r - 1) * stride + c : 0) * tigon::dtype_bytes(t)) + 16) {}
   void* data() { return bytes.data(); }
   double at(int64_t r, int64_t c) const { return tigon::load_elem(bytes.data(), dtype, r * stride + c); }

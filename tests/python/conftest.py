@@ -30,6 +30,7 @@ def uncached_norms():
 
     from tigon import _lib
     import sys
+
     ops = [sys.modules[f"tigon.ops.{name}"] for name in ("layer_norm", "rms_norm")]  # the modules, not the functions
     select = _lib.declare("tigon_testing_norm_uncached", [ctypes.c_int])
 
@@ -41,6 +42,7 @@ def uncached_norms():
     use(1)
     yield
     use(0)
+
 
 # The tests past 2^31 elements hold 30-60 GiB of the GPU each. Under pytest-xdist several ran at once on the H200
 # and two ran out of memory (49 + 57 GiB held by two workers); with `--dist loadgroup` (scripts/gpu-check) this group

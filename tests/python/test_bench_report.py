@@ -1,4 +1,5 @@
 """The results file and the table generated from it (python -m tigon.bench.report --markdown)."""
+
 import json
 import random
 
@@ -10,28 +11,53 @@ ENV = {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "liger": "0.8.5",
 
 
 def _row(op, impl, shape, sha, ts, dev=None, eager=None, **extra):
-    return {"op": op, "impl": impl, "shape": list(shape), "full_dev_ms": dev, "fwd_dev_ms": dev and dev / 3,
-            "full_ms": eager if eager is not None else dev, "fwd_ms": dev, "peak_mib": 10.0, "error": None,
-            "git_sha": sha, "timestamp": ts, **ENV, **extra}
+    return {
+        "op": op,
+        "impl": impl,
+        "shape": list(shape),
+        "full_dev_ms": dev,
+        "fwd_dev_ms": dev and dev / 3,
+        "full_ms": eager if eager is not None else dev,
+        "fwd_ms": dev,
+        "peak_mib": 10.0,
+        "error": None,
+        "git_sha": sha,
+        "timestamp": ts,
+        **ENV,
+        **extra,
+    }
 
 
 def _full_run(sha, ts, scale):
     t = random.uniform(0.1, 1.0)
-    return [_row("rms_norm", "tigon", (8, 16), sha, ts, dev=t),
-            _row("rms_norm", "torch_eager", (8, 16), sha, ts, dev=t * scale),
-            _row("rms_norm", "liger", (8, 16), sha, ts, dev=None, eager=t * 2),
-            _row("cross_entropy", "tigon", (4, 32), sha, ts, dev=t),
-            _row("cross_entropy", "torch_compile", (4, 32), sha, ts, dev=t * 1.5)]
+    return [
+        _row("rms_norm", "tigon", (8, 16), sha, ts, dev=t),
+        _row("rms_norm", "torch_eager", (8, 16), sha, ts, dev=t * scale),
+        _row("rms_norm", "liger", (8, 16), sha, ts, dev=None, eager=t * 2),
+        _row("cross_entropy", "tigon", (4, 32), sha, ts, dev=t),
+        _row("cross_entropy", "torch_compile", (4, 32), sha, ts, dev=t * 1.5),
+    ]
 
 
 def test_append_keeps_earlier_rows_and_puts_the_environment_first(tmp_path):
     path = tmp_path / "r.jsonl"
     records.append(_full_run("aaa", "2026-01-01T00:00:00", 3.0), path)
-    records.append([{"op": "train_step", "impl": "hf", "batch": 4, "seq": 2048, "git_sha": "bbb",
-                     "timestamp": "2026-01-02T00:00:00"}], path)
+    records.append(
+        [
+            {
+                "op": "train_step",
+                "impl": "hf",
+                "batch": 4,
+                "seq": 2048,
+                "git_sha": "bbb",
+                "timestamp": "2026-01-02T00:00:00",
+            }
+        ],
+        path,
+    )
     rows = records.read(path)
     assert len(rows) == 6
-    assert list(json.loads(path.read_text().splitlines()[0]))[:len(records.ENV_KEYS)] == list(records.ENV_KEYS)
+    assert list(json.loads(path.read_text().splitlines()[0]))[: len(records.ENV_KEYS)] == list(records.ENV_KEYS)
     assert rows[-1]["shape"] == [4, 2048] and rows[-1]["transformers"] is None
 
 
@@ -42,9 +68,9 @@ def test_table_comes_from_the_newest_full_run_with_ratios_of_that_run(tmp_path):
     assert "git new" in table and "9×9" not in table
     rms = next(line for line in table.splitlines() if line.startswith("| rms_norm"))
     cells = [c.strip() for c in rms.strip("|").split("|")]
-    assert cells[3] == "5.00×"            # torch eager's full time over tigon's, same run
-    assert cells[4] == "-"                # no torch.compile row for this op
-    assert cells[5] == "2.00×*"           # Liger eager only: compared with tigon's eager call
+    assert cells[3] == "5.00×"  # torch eager's full time over tigon's, same run
+    assert cells[4] == "-"  # no torch.compile row for this op
+    assert cells[5] == "2.00×*"  # Liger eager only: compared with tigon's eager call
     ce = next(line for line in table.splitlines() if line.startswith("| cross_entropy"))
     assert "1.50×" in ce
 
@@ -61,6 +87,7 @@ def test_cli_prints_markdown_and_names_a_missing_file(tmp_path, capsys):
 
 def test_the_repository_results_file_renders():
     from pathlib import Path
+
     path = Path(__file__).resolve().parents[2] / "bench" / "results" / "h200.jsonl"
     rows = records.read(path)
     assert all(r.get(k) for r in rows for k in ("git_sha", "timestamp", "gpu", "torch", "op", "impl", "shape"))

@@ -55,8 +55,7 @@ def test_valid_and_ignored_targets_pass(device):
 def test_under_torch_compile_asserts_on_the_device():
     # CPU only: a failed device-side assert on a GPU ends the process's CUDA context
     logits = torch.randn(12, V, requires_grad=True)
-    step = torch.compile(lambda z, t: cross_entropy(z * 1, t, check_targets=True), fullgraph=True,
-                         backend="aot_eager")
+    step = torch.compile(lambda z, t: cross_entropy(z * 1, t, check_targets=True), fullgraph=True, backend="aot_eager")
     good = bad_targets("cpu")
     good[5], good[8] = 3, 4
     torch.autograd.grad(step(logits, good), logits)

@@ -26,17 +26,26 @@ def test_cpu_warning_once_per_process():
 
 
 def _ctx():
-    env = {"gpu": "cpu", "torch": torch.__version__, "triton": None, "liger": None, "tigon": "t", "git_sha": "g",
-           "timestamp": "now"}
+    env = {
+        "gpu": "cpu",
+        "torch": torch.__version__,
+        "triton": None,
+        "liger": None,
+        "tigon": "t",
+        "git_sha": "g",
+        "timestamp": "now",
+    }
     return Context(device=torch.device("cpu"), dtype=torch.bfloat16, reps=3, warmup=1, copy_gbps=5.0, env=env)
 
 
 def test_cpu_table(capsys):
     ctx = _ctx()
     nbytes = {"fwd": 1e6, "bwd": 1e6, "full": 2e6}
-    rows = [make_result(ctx, op, impl, shape, nbytes, fwd_ms=1.5, bwd_ms=2.25, full_ms=3.75, err_y=1e-3)
-            for op, shape in (("rms_norm", (256, 1024)), ("fused_linear_cross_entropy", (64, 256, 1000)))
-            for impl in ("tigon", "torch_eager")]
+    rows = [
+        make_result(ctx, op, impl, shape, nbytes, fwd_ms=1.5, bwd_ms=2.25, full_ms=3.75, err_y=1e-3)
+        for op, shape in (("rms_norm", (256, 1024)), ("fused_linear_cross_entropy", (64, 256, 1000)))
+        for impl in ("tigon", "torch_eager")
+    ]
     for op in ("rms_norm", "fused_linear_cross_entropy"):
         ctx.note(f"{op}: liger skipped: not importable")
     ctx.note("rms_norm: shape 3 skipped: expected rows x hidden")
@@ -47,8 +56,10 @@ def test_cpu_table(capsys):
         assert cuda_only not in out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("op "))
-    table = [line for line in lines[header + 2:] if line and not line.startswith("note:")]
+    table = [line for line in lines[header + 2 :] if line and not line.startswith("note:")]
     assert len(table) == 4 and len({len(line) for line in table + [lines[header]]}) == 1, "columns not aligned"
     notes = [line for line in lines if line.startswith("note:")]
-    assert notes == ["note: rms_norm, fused_linear_cross_entropy: liger skipped: not importable",
-                     "note: rms_norm: shape 3 skipped: expected rows x hidden"]
+    assert notes == [
+        "note: rms_norm, fused_linear_cross_entropy: liger skipped: not importable",
+        "note: rms_norm: shape 3 skipped: expected rows x hidden",
+    ]

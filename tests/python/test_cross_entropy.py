@@ -46,8 +46,17 @@ def predicted_reference(logits, target, ignore_index=-100):
     return torch.where(target.long() != ignore_index, arg, torch.full_like(arg, -1))
 
 
-def reference(logits, target, weight=None, ignore_index=-100, label_smoothing=0.0, lse_square_scale=0.0,
-              softcap=None, reduction="mean", use_token_scaling=False):
+def reference(
+    logits,
+    target,
+    weight=None,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    lse_square_scale=0.0,
+    softcap=None,
+    reduction="mean",
+    use_token_scaling=False,
+):
     """(loss, z_loss, accuracy, x64) in float64; x64 is the leaf to take the gradient against."""
     x64 = logits.detach().double().requires_grad_(True)
     x = softcap * torch.tanh(x64 / softcap) if softcap else x64
@@ -81,8 +90,9 @@ def check(x, t, in_place=False, **opts):
     """Runs tigon and the reference on x, t; compares every output and the gradient (for a random grad_output)."""
     x_ref = x.detach().clone()  # in_place overwrites x
     x_in = x.detach().clone().requires_grad_(True) * 1 if in_place else x  # in_place takes intermediates
-    loss, z, acc, pred = cross_entropy(x_in, t, in_place=in_place, return_z_loss=True, return_token_accuracy=True,
-                                       return_predicted_tokens=True, **opts)
+    loss, z, acc, pred = cross_entropy(
+        x_in, t, in_place=in_place, return_z_loss=True, return_token_accuracy=True, return_predicted_tokens=True, **opts
+    )
     ref, z_ref, acc_ref, x64 = reference(x_ref, t, **opts)
     assert pred.dtype == torch.int64
     assert torch.equal(pred, predicted_reference(x_ref, t, opts.get("ignore_index", -100))), "predicted tokens"
@@ -106,11 +116,20 @@ def check(x, t, in_place=False, **opts):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("opts", [
-    {}, dict(label_smoothing=0.1), dict(weight=True), dict(weight=True, label_smoothing=0.2),
-    dict(lse_square_scale=1e-3), dict(softcap=2.5), dict(ignored=3),
-    dict(weight=True, label_smoothing=0.1, lse_square_scale=1e-4, softcap=5.0, ignored=2),
-], ids=lambda o: "-".join(o) or "plain")
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {},
+        dict(label_smoothing=0.1),
+        dict(weight=True),
+        dict(weight=True, label_smoothing=0.2),
+        dict(lse_square_scale=1e-3),
+        dict(softcap=2.5),
+        dict(ignored=3),
+        dict(weight=True, label_smoothing=0.1, lse_square_scale=1e-4, softcap=5.0, ignored=2),
+    ],
+    ids=lambda o: "-".join(o) or "plain",
+)
 @pytest.mark.parametrize("in_place", [False, True])
 def test_matches_float64_reference(device, dtype, reduction, opts, in_place):
     opts = dict(opts)
@@ -125,9 +144,15 @@ def test_matches_float64_reference(device, dtype, reduction, opts, in_place):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("opts", [
-    {}, dict(weight=True, label_smoothing=0.1), dict(lse_square_scale=1e-3, softcap=2.5, ignored=3),
-], ids=lambda o: "-".join(o) or "plain")
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {},
+        dict(weight=True, label_smoothing=0.1),
+        dict(lse_square_scale=1e-3, softcap=2.5, ignored=3),
+    ],
+    ids=lambda o: "-".join(o) or "plain",
+)
 @pytest.mark.parametrize("in_place", [False, True])
 def test_token_scaling_matches_float64_reference(device, dtype, reduction, opts, in_place):
     opts = dict(opts)
@@ -145,12 +170,16 @@ def test_extras_come_only_when_asked_in_order(device):
     assert isinstance(cross_entropy(x, t), torch.Tensor)
     loss, pred = cross_entropy(x, t, return_predicted_tokens=True)
     assert pred.shape == (6,) and pred.dtype == torch.int64 and (pred == -1).sum() == 2
-    loss2, acc, pred2 = cross_entropy(x, t, reduction="none", return_token_accuracy=True,
-                                      return_predicted_tokens=True)
+    loss2, acc, pred2 = cross_entropy(x, t, reduction="none", return_token_accuracy=True, return_predicted_tokens=True)
     assert acc.shape == (6,) and torch.equal(pred, pred2)
     assert torch.equal(acc, ((pred2 == t) & (t != -100)).float())
-    module = CrossEntropyLoss(return_z_loss=True, return_token_accuracy=True, return_predicted_tokens=True,
-                              use_token_scaling=True, in_place=False)
+    module = CrossEntropyLoss(
+        return_z_loss=True,
+        return_token_accuracy=True,
+        return_predicted_tokens=True,
+        use_token_scaling=True,
+        in_place=False,
+    )
     out = module(x, t)
     assert len(out) == 4 and torch.equal(out[3], pred)
     assert_close(out[0], cross_entropy(x, t, use_token_scaling=True).double(), name="module loss")
@@ -177,6 +206,7 @@ def row_kernel():
     import ctypes
 
     from tigon import _lib
+
     selects = []
 
     def choose(name):
@@ -188,8 +218,9 @@ def row_kernel():
         _lib.check(selects[0](None))
 
 
-@pytest.mark.parametrize("device,kernel", [("cpu", None)] + [pytest.param("cuda", k, marks=needs_cuda)
-                                                            for k in KERNELS])
+@pytest.mark.parametrize(
+    "device,kernel", [("cpu", None)] + [pytest.param("cuda", k, marks=needs_cuda) for k in KERNELS]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_masked_logits(device, kernel, dtype, row_kernel):
     """-inf logits (a masked vocabulary; never a target): zero probability and gradient there, the loss and the other
@@ -279,6 +310,7 @@ def test_module_is_a_drop_in_for_torch(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_deterministic(device):
     x, t = make_inputs(64, 5000, torch.bfloat16, device, ignored=5)
+
     def run():
         loss = cross_entropy(x, t, label_smoothing=0.1, lse_square_scale=1e-4)
         return loss, torch.autograd.grad(loss * 0.75, x)[0]
@@ -293,8 +325,16 @@ def test_deterministic(device):
 def test_torch_compile_fullgraph_equals_eager(device, in_place, extras):
     def f(h, t):
         logits = h * 1.5
-        loss, z, *pred = cross_entropy(logits, t, label_smoothing=0.1, lse_square_scale=1e-4, in_place=in_place,
-                                       return_z_loss=True, return_predicted_tokens=extras, use_token_scaling=extras)
+        loss, z, *pred = cross_entropy(
+            logits,
+            t,
+            label_smoothing=0.1,
+            lse_square_scale=1e-4,
+            in_place=in_place,
+            return_z_loss=True,
+            return_predicted_tokens=extras,
+            use_token_scaling=extras,
+        )
         return loss * 2.0, z, *pred
 
     x, t = make_inputs(32, 300, torch.bfloat16, device, ignored=3)
@@ -373,24 +413,28 @@ def test_out_of_range_target_on_gpu_is_nan():
 
 # ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,exc,arg", [
-    (dict(logits=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'logits'"),
-    (dict(logits=torch.randn(2, 4, 8)), ValueError, "'logits'"),
-    (dict(logits=torch.randn(4, 0)), ValueError, "'logits'"),
-    (dict(logits=torch.randn(8, 4).t()), ValueError, "'logits'"),
-    (dict(target=torch.zeros(4)), TypeError, "'target'"),
-    (dict(target=torch.zeros(5, dtype=torch.int64)), ValueError, "'target'"),
-    (dict(target=[0, 1, 2, 3]), TypeError, "'target'"),
-    (dict(weight=torch.ones(7)), ValueError, "'weight'"),
-    (dict(weight=torch.ones(8, dtype=torch.int64)), TypeError, "'weight'"),
-    (dict(ignore_index=1.5), TypeError, "'ignore_index'"),
-    (dict(label_smoothing=1.5), ValueError, "'label_smoothing'"),
-    (dict(lse_square_scale=-1.0), ValueError, "'lse_square_scale'"),
-    (dict(softcap=0.0), ValueError, "'softcap'"),
-    (dict(reduction="avg"), ValueError, "'reduction'"),
-    (dict(target=torch.tensor([0, 1, 8, 3])), ValueError, "'target'"),  # out of range: caught on the CPU
-    (dict(target=torch.tensor([0, -1, 2, 3])), ValueError, "'target'"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,exc,arg",
+    [
+        (dict(logits=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'logits'"),
+        (dict(logits=torch.randn(2, 4, 8)), ValueError, "'logits'"),
+        (dict(logits=torch.randn(4, 0)), ValueError, "'logits'"),
+        (dict(logits=torch.randn(8, 4).t()), ValueError, "'logits'"),
+        (dict(target=torch.zeros(4)), TypeError, "'target'"),
+        (dict(target=torch.zeros(5, dtype=torch.int64)), ValueError, "'target'"),
+        (dict(target=[0, 1, 2, 3]), TypeError, "'target'"),
+        (dict(weight=torch.ones(7)), ValueError, "'weight'"),
+        (dict(weight=torch.ones(8, dtype=torch.int64)), TypeError, "'weight'"),
+        (dict(ignore_index=1.5), TypeError, "'ignore_index'"),
+        (dict(label_smoothing=1.5), ValueError, "'label_smoothing'"),
+        (dict(lse_square_scale=-1.0), ValueError, "'lse_square_scale'"),
+        (dict(softcap=0.0), ValueError, "'softcap'"),
+        (dict(reduction="avg"), ValueError, "'reduction'"),
+        (dict(target=torch.tensor([0, 1, 8, 3])), ValueError, "'target'"),  # out of range: caught on the CPU
+        (dict(target=torch.tensor([0, -1, 2, 3])), ValueError, "'target'"),
+    ],
+)
 def test_bad_input_names_the_argument(kwargs, exc, arg):
     args = dict(logits=torch.randn(4, 8), target=torch.tensor([0, 1, 2, 3]))
     args.update(kwargs)
@@ -401,15 +445,43 @@ def test_bad_input_names_the_argument(kwargs, exc, arg):
 def test_c_library_errors_surface_with_the_message():
     import tigon
     from tigon import _lib
+
     mod = importlib.import_module("tigon.ops.cross_entropy")  # the module: tigon.ops.cross_entropy is the function
     x, t, loss = torch.randn(4, 8), torch.zeros(4, dtype=torch.int64), torch.empty(3)  # NONE needs 4 losses
     with pytest.raises(tigon.TigonArgumentError, match="tigon_cross_entropy_fwd: argument 'loss'"):
-        _lib.check(mod._fwd(_lib.tensor_arg(x), _lib.tensor_arg(t), None, _lib.tensor_arg(loss), None, None, None,
-                            None, mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 0), None, 0, None))
+        _lib.check(
+            mod._fwd(
+                _lib.tensor_arg(x),
+                _lib.tensor_arg(t),
+                None,
+                _lib.tensor_arg(loss),
+                None,
+                None,
+                None,
+                None,
+                mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 0),
+                None,
+                0,
+                None,
+            )
+        )
     with pytest.raises(tigon.TigonArgumentError, match="tigon_cross_entropy_fwd: argument 'predicted'"):
-        _lib.check(mod._fwd(_lib.tensor_arg(x), _lib.tensor_arg(t), None, _lib.tensor_arg(torch.empty(())), None,
-                            None, _lib.tensor_arg(torch.empty(4, dtype=torch.int32)), None,
-                            mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 1), None, 0, None))
+        _lib.check(
+            mod._fwd(
+                _lib.tensor_arg(x),
+                _lib.tensor_arg(t),
+                None,
+                _lib.tensor_arg(torch.empty(())),
+                None,
+                None,
+                _lib.tensor_arg(torch.empty(4, dtype=torch.int32)),
+                None,
+                mod.CrossEntropyParams(-100, 0.0, 0.0, 0.0, 1),
+                None,
+                0,
+                None,
+            )
+        )
     with pytest.raises(tigon.TigonArgumentError, match="argument 'grad_output'"):
         _lib.check(mod._bwd(_lib.tensor_arg(x), _lib.tensor_arg(torch.ones(3)), None))
 

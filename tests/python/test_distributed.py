@@ -21,8 +21,17 @@ from tigon.bench.train_step_distributed import finish, wrap  # noqa: E402
 from tigon.transformers import _causal_lm  # noqa: E402
 
 WORLD, BATCH, SEQ, STEPS = 2, 4, 24, 20  # BATCH is the global batch: each rank trains on BATCH // WORLD rows
-CONFIG = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.05, tie_word_embeddings=False)
+CONFIG = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    initializer_range=0.05,
+    tie_word_embeddings=False,
+)
 
 
 def build(patched: bool, device="cpu"):
@@ -51,7 +60,7 @@ def batch(step: int, rows: slice) -> torch.Tensor:
     # Every row has SEQ - 1 targets, so the mean of the ranks' mean losses is the whole batch's mean loss.
     toks = token_stream()
     start = (step * 53) % (len(toks) - BATCH * SEQ)
-    return toks[start:start + BATCH * SEQ].view(BATCH, SEQ)[rows]
+    return toks[start : start + BATCH * SEQ].view(BATCH, SEQ)[rows]
 
 
 def train(model, params, rows: slice, device="cpu", on_loss=None):
@@ -80,14 +89,16 @@ def _full(t):
 
 # ---- the 2-process side ----------------------------------------------------------------------------------------------
 
+
 def _train_worker(rank: int, wrapper: str, backend: str, init: str, out: str):
     device = "cpu" if backend == "gloo" else f"cuda:{rank}"
     if device != "cpu":
         torch.cuda.set_device(device)
     torch.set_num_threads(1)  # two processes on a small CPU: no oversubscription
     # a rank that dies makes the others fail in a minute rather than wait forever
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        backend, init_method=init, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60)
+    )
     calls = []
     fused = _causal_lm.fused_linear_cross_entropy
     _causal_lm.fused_linear_cross_entropy = lambda *a, **k: calls.append(1) or fused(*a, **k)
@@ -98,15 +109,18 @@ def _train_worker(rank: int, wrapper: str, backend: str, init: str, out: str):
             model = build(patched, device)
             wrapped = wrap(model, wrapper, torch.device(device), WORLD)
             calls.clear()
-            losses, (logits, head_grad) = train(wrapped, wrapped.parameters(), rows, device,
-                                                on_loss=lambda l: _mean(l))
+            losses, (logits, head_grad) = train(wrapped, wrapped.parameters(), rows, device, on_loss=lambda l: _mean(l))
             local = head_grad.to_local() if hasattr(head_grad, "to_local") else None
             results[patched] = dict(
-                losses=losses, fused_calls=len(calls), logits_none=logits is None,
-                head_grad=_full(head_grad).detach().cpu(), head_grad_type=type(head_grad).__name__,
+                losses=losses,
+                fused_calls=len(calls),
+                logits_none=logits is None,
+                head_grad=_full(head_grad).detach().cpu(),
+                head_grad_type=type(head_grad).__name__,
                 head_grad_placements=str(getattr(head_grad, "placements", None)),
                 head_grad_local=None if local is None else local.detach().cpu(),
-                params={n: _full(p).detach().cpu() for n, p in model.named_parameters()})
+                params={n: _full(p).detach().cpu() for n, p in model.named_parameters()},
+            )
             results[patched]["head_grad_all_local"] = _gather(results[patched]["head_grad_local"])
         if rank == 0:
             torch.save(results, out)
@@ -143,6 +157,7 @@ def spawn(fn, *args, backend="gloo"):
 
 # ---- the tests -------------------------------------------------------------------------------------------------------
 
+
 def _check_run(results, ref_losses, ref_head_grad, ref_params, start, wrapper):
     got, plain = results[True], results[False]
     assert got["fused_calls"] == STEPS and got["logits_none"], "the fused linear + CE loss did not run"
@@ -165,8 +180,13 @@ def _check_run(results, ref_losses, ref_head_grad, ref_params, start, wrapper):
         rows = ref_head_grad.shape[0] // WORLD
         for r, local in enumerate(got["head_grad_all_local"]):
             assert local.shape[0] == rows and local.abs().max() > 0
-            assert_close(local, ref_head_grad[r * rows:(r + 1) * rows].double(), torch.float32,
-                         name=f"rank {r}'s lm_head grad shard", scale=ref_head_grad.abs().max().item())
+            assert_close(
+                local,
+                ref_head_grad[r * rows : (r + 1) * rows].double(),
+                torch.float32,
+                name=f"rank {r}'s lm_head grad shard",
+                scale=ref_head_grad.abs().max().item(),
+            )
 
 
 _reference = {}
@@ -178,8 +198,12 @@ def reference():
         model = build(True)
         start = {n: p.detach().clone() for n, p in model.named_parameters()}
         losses, (_, head_grad) = train(model, model.parameters(), slice(None))
-        _reference.update(losses=losses, head_grad=head_grad, start=start,
-                          params={n: p.detach().clone() for n, p in model.named_parameters()})
+        _reference.update(
+            losses=losses,
+            head_grad=head_grad,
+            start=start,
+            params={n: p.detach().clone() for n, p in model.named_parameters()},
+        )
     r = _reference
     return r["losses"], r["head_grad"], r["params"], r["start"]
 
@@ -192,10 +216,13 @@ def _fsdp2_available() -> str | None:
     return None
 
 
-needs_dist = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch built without torch.distributed / gloo")
-WRAPPERS = ["ddp", pytest.param("fsdp2", marks=pytest.mark.skipif(_fsdp2_available() is not None,
-                                                                   reason=str(_fsdp2_available())))]
+needs_dist = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(), reason="torch built without torch.distributed / gloo"
+)
+WRAPPERS = [
+    "ddp",
+    pytest.param("fsdp2", marks=pytest.mark.skipif(_fsdp2_available() is not None, reason=str(_fsdp2_available()))),
+]
 
 
 @needs_dist
@@ -204,8 +231,10 @@ def test_two_processes_follow_one_cpu(wrapper):
     _check_run(spawn(_train_worker, wrapper), *reference(), wrapper)
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
-                    reason=f"needs 2 CUDA GPUs and NCCL (found {torch.cuda.device_count()} GPUs)")
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
+    reason=f"needs 2 CUDA GPUs and NCCL (found {torch.cuda.device_count()} GPUs)",
+)
 @pytest.mark.parametrize("wrapper", WRAPPERS)
 def test_two_gpus_follow_one_cpu(wrapper):
     # The GPU kernels against the CPU reference path: same trajectory within the same fp32 criteria.
@@ -213,6 +242,7 @@ def test_two_gpus_follow_one_cpu(wrapper):
 
 
 # ---- DTensor inputs to rms_norm ----------------------------------------------------------------------------------------
+
 
 def _dtensor_worker(rank: int, backend: str, init: str, out: str):
     from torch.distributed.device_mesh import init_device_mesh
@@ -222,8 +252,9 @@ def _dtensor_worker(rank: int, backend: str, init: str, out: str):
     from tigon.ops import rms_norm
 
     torch.set_num_threads(1)
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        backend, init_method=init, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60)
+    )
     try:
         mesh = init_device_mesh("cpu", (WORLD,))
         torch.manual_seed(0)  # the same full tensors on every rank
@@ -241,11 +272,16 @@ def _dtensor_worker(rank: int, backend: str, init: str, out: str):
             assert_close(xd.grad.full_tensor(), xr.grad.double(), name=f"dx {placement}")
             assert_close(wd.grad.full_tensor(), wr.grad.double(), name=f"dw {placement}")  # summed over the ranks
         norm = distribute_module(RMSNorm(64), mesh)  # parameters replicated
-        assert_close(norm(distribute_tensor(x, mesh, [Shard(0)])).full_tensor(), rms_norm(x, torch.ones(64)).double(),
-                     name="module")
-        refusals = {"Shard(dim=2)": (distribute_tensor(x, mesh, [Shard(2)]), distribute_tensor(w, mesh, [Replicate()])),
-                    "plain tensor": (distribute_tensor(x, mesh, [Shard(0)]), w),
-                    "Shard(dim=0)": (distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Shard(0)]))}
+        assert_close(
+            norm(distribute_tensor(x, mesh, [Shard(0)])).full_tensor(),
+            rms_norm(x, torch.ones(64)).double(),
+            name="module",
+        )
+        refusals = {
+            "Shard(dim=2)": (distribute_tensor(x, mesh, [Shard(2)]), distribute_tensor(w, mesh, [Replicate()])),
+            "plain tensor": (distribute_tensor(x, mesh, [Shard(0)]), w),
+            "Shard(dim=0)": (distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Shard(0)])),
+        }
         for words, args in refusals.items():
             try:
                 rms_norm(*args)
@@ -271,15 +307,18 @@ def test_rms_norm_dtensor():
 
 # ---- the 2-GPU benchmark's run, on 2 CPU processes -----------------------------------------------------------------
 
+
 @needs_dist
 @pytest.mark.parametrize("wrapper", WRAPPERS)
 def test_train_step_benchmark_runs_on_two_processes(wrapper):
     """python -m tigon.bench --ops train_step_fsdp2 / train_step_ddp (2+ GPUs, NCCL) is measure(); here the same on 2
     gloo CPU processes with a tiny model: it trains and reports for every rank's tokens."""
     from tigon.bench import train_step_distributed as tsd
+
     config = transformers.LlamaConfig(**CONFIG)
-    res = tsd.measure(config, "tigon", wrapper, world=WORLD, batch=2, seq=SEQ, warmup=1, steps=2,
-                      dtype=torch.float32, backend="gloo")
+    res = tsd.measure(
+        config, "tigon", wrapper, world=WORLD, batch=2, seq=SEQ, warmup=1, steps=2, dtype=torch.float32, backend="gloo"
+    )
     assert res["step_ms"] > 0 and res["tokens_per_s"] == pytest.approx(WORLD * 2 * SEQ / (res["step_ms"] * 1e-3))
     assert 5 < res["loss_first"] < 8 and res["loss_last"] == res["loss_last"]  # ~ln(512) at the start, not NaN
     assert res["params"] == sum(p.numel() for p in transformers.LlamaForCausalLM(config).parameters())

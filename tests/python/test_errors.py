@@ -30,7 +30,9 @@ def test_dtype_refused_by_the_c_api_as_a_type_error(name, dtype):
 
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
 def test_shape_refused_by_the_c_api_as_a_value_error(name):
-    with pytest.raises(tigon.TigonArgumentError, match=r"tigon_\w+_fwd: argument 'weight': expected 8 elements") as info:
+    with pytest.raises(
+        tigon.TigonArgumentError, match=r"tigon_\w+_fwd: argument 'weight': expected 8 elements"
+    ) as info:
         cases[name](x8(), torch.ones(7))
     assert not isinstance(info.value, TypeError)
 
@@ -52,8 +54,9 @@ def test_check_maps_the_status_and_the_dtype_convention():
     x = torch.randn(4, 8)
     y_int = torch.empty(4, 8, dtype=torch.int32)
     with pytest.raises(TypeError, match="tigon_rms_norm_fwd: argument 'y': dtype int32"):
-        _lib.check(mod._fwd(_lib.tensor_arg(x), None, _lib.tensor_arg(y_int), None, mod.RMSNormParams(1e-6, 0.0, 0),
-                            None))
+        _lib.check(
+            mod._fwd(_lib.tensor_arg(x), None, _lib.tensor_arg(y_int), None, mod.RMSNormParams(1e-6, 0.0, 0), None)
+        )
 
 
 def test_gate_up_halves_are_named_gate_up():
@@ -65,11 +68,16 @@ def test_gate_up_halves_are_named_gate_up():
 def test_expanded_gradient_of_a_sum(op):
     """backward makes a stride-0 gradient contiguous (without reading strides, which torch < 2.7 cannot trace)."""
     x = torch.randn(3, 8, dtype=torch.float64).float().requires_grad_()
-    fn = {"rms_norm": lambda t: rms_norm(t, None), "layer_norm": lambda t: layer_norm(t),
-          "swiglu": lambda t: swiglu(t, t * 1)}[op]
-    ref = {"rms_norm": lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6),
-           "layer_norm": lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5),
-           "swiglu": lambda t: torch.nn.functional.silu(t) * t}[op]
+    fn = {
+        "rms_norm": lambda t: rms_norm(t, None),
+        "layer_norm": lambda t: layer_norm(t),
+        "swiglu": lambda t: swiglu(t, t * 1),
+    }[op]
+    ref = {
+        "rms_norm": lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6),
+        "layer_norm": lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5),
+        "swiglu": lambda t: torch.nn.functional.silu(t) * t,
+    }[op]
     (g,) = torch.autograd.grad(fn(x).sum(), x)
     x64 = x.detach().double().requires_grad_()
     (g64,) = torch.autograd.grad(ref(x64).sum(), x64)

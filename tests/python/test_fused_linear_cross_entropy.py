@@ -18,10 +18,22 @@ from tolerances import TOL, assert_close
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-def reference(x, w, t, bias=None, ce_weight=None, ignore_index=-100, label_smoothing=0.0, lse_square_scale=0.0,
-              softcap=None, reduction="mean", use_token_scaling=False):
+def reference(
+    x,
+    w,
+    t,
+    bias=None,
+    ce_weight=None,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    lse_square_scale=0.0,
+    softcap=None,
+    reduction="mean",
+    use_token_scaling=False,
+):
     """(loss, z_loss, accuracy, leaves) in float64; leaves = (x, w[, b]) to take the gradients against."""
     from test_cross_entropy import scaled_ce, token_scales
+
     leaves = tuple(a.detach().double().requires_grad_(True) for a in (x, w) + ((bias,) if bias is not None else ()))
     logits = leaves[0].reshape(-1, x.shape[-1]) @ leaves[1].T
     if bias is not None:
@@ -29,8 +41,7 @@ def reference(x, w, t, bias=None, ce_weight=None, ignore_index=-100, label_smoot
     t = t.reshape(-1).long()
     z = softcap * torch.tanh(logits / softcap) if softcap else logits
     s = token_scales(z, t, ignore_index, use_token_scaling)
-    ce = scaled_ce(z, t, None if ce_weight is None else ce_weight.double(), ignore_index, label_smoothing, reduction,
-                   s)
+    ce = scaled_ce(z, t, None if ce_weight is None else ce_weight.double(), ignore_index, label_smoothing, reduction, s)
     keep = t != ignore_index
     lse = torch.logsumexp(z, dim=-1)
     z_rows = torch.where(keep, s * lse_square_scale * lse * lse, torch.zeros_like(lse))
@@ -61,10 +72,19 @@ def make_inputs(n, h, v, dtype, device, ignored=0, bias=False, x_pad=0):
 
 def check(x, w, t, b=None, chunk_rows=None, memory_budget=None, dw_accumulation="fp32", **opts):
     """Runs tigon and the reference; compares the loss, z-loss, accuracy and every gradient (random grad_output)."""
-    loss, z, acc, pred = fused_linear_cross_entropy(x, w, t, b, return_z_loss=True, return_token_accuracy=True,
-                                                    return_predicted_tokens=True, chunk_rows=chunk_rows,
-                                                    memory_budget=memory_budget, dw_accumulation=dw_accumulation,
-                                                    **opts)
+    loss, z, acc, pred = fused_linear_cross_entropy(
+        x,
+        w,
+        t,
+        b,
+        return_z_loss=True,
+        return_token_accuracy=True,
+        return_predicted_tokens=True,
+        chunk_rows=chunk_rows,
+        memory_budget=memory_budget,
+        dw_accumulation=dw_accumulation,
+        **opts,
+    )
     ref, z_ref, acc_ref, leaves = reference(x, w, t, b, **opts)
     check_predicted(pred, x, w, t, b, opts.get("ignore_index", -100))
     assert loss.dtype == torch.float32 and loss.shape == ref.shape
@@ -104,8 +124,14 @@ def check_predicted(pred, x, w, t, b, ignore_index):
 
 
 OPTS = [
-    {}, dict(label_smoothing=0.1), dict(ce_weight=True), dict(ce_weight=True, label_smoothing=0.2),
-    dict(lse_square_scale=1e-3), dict(softcap=2.5), dict(ignored=5), dict(bias=True),
+    {},
+    dict(label_smoothing=0.1),
+    dict(ce_weight=True),
+    dict(ce_weight=True, label_smoothing=0.2),
+    dict(lse_square_scale=1e-3),
+    dict(softcap=2.5),
+    dict(ignored=5),
+    dict(bias=True),
     dict(bias=True, ce_weight=True, label_smoothing=0.1, lse_square_scale=1e-4, softcap=5.0, ignored=3),
 ]
 
@@ -128,10 +154,15 @@ def test_matches_float64_reference(device, dtype, reduction, opts, chunk_rows):
 # The specified shapes: H = 128, V = 32003 (odd: unaligned logits rows), BT = 1, 3, 257. The CPU reference is plain
 # loops, so the CPU runs the smallest cases and one at 257 tokens.
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("n,dtype,chunk_rows", [
-    (1, torch.bfloat16, None), (3, torch.float32, 1), (3, torch.float16, None),
-    pytest.param(257, torch.bfloat16, 64, id="257-bf16-chunks"),
-])
+@pytest.mark.parametrize(
+    "n,dtype,chunk_rows",
+    [
+        (1, torch.bfloat16, None),
+        (3, torch.float32, 1),
+        (3, torch.float16, None),
+        pytest.param(257, torch.bfloat16, 64, id="257-bf16-chunks"),
+    ],
+)
 def test_issue_shapes(device, n, dtype, chunk_rows):
     x, w, t, b = make_inputs(n, 128, 32003, dtype, device, ignored=n // 5, bias=True)
     check(x, w, t, b, chunk_rows=chunk_rows, label_smoothing=0.05, lse_square_scale=1e-4)
@@ -144,8 +175,18 @@ def test_issue_shapes(device, n, dtype, chunk_rows):
 @pytest.mark.parametrize("chunk_rows", [None, 50])
 def test_issue_shapes_every_dtype_on_gpu(dtype, reduction, chunk_rows):
     x, w, t, b = make_inputs(257, 128, 32003, dtype, "cuda", ignored=20, bias=True, x_pad=8)
-    check(x, w, t, b, chunk_rows=chunk_rows, reduction=reduction, ce_weight=torch.rand(32003, device="cuda") + 0.5,
-          label_smoothing=0.1, lse_square_scale=1e-4, softcap=30.0)
+    check(
+        x,
+        w,
+        t,
+        b,
+        chunk_rows=chunk_rows,
+        reduction=reduction,
+        ce_weight=torch.rand(32003, device="cuda") + 0.5,
+        label_smoothing=0.1,
+        lse_square_scale=1e-4,
+        softcap=30.0,
+    )
 
 
 @needs_cuda
@@ -276,9 +317,18 @@ def test_deterministic(device):
 @pytest.mark.parametrize("extras", [False, True], ids=["plain", "predicted_scaled"])
 def test_torch_compile_fullgraph_equals_eager(device, reduction, extras):
     def f(h, w, t):
-        loss, z, *pred = fused_linear_cross_entropy(h * 1.5, w, t, label_smoothing=0.1, lse_square_scale=1e-4,
-                                                    reduction=reduction, chunk_rows=16, return_z_loss=True,
-                                                    return_predicted_tokens=extras, use_token_scaling=extras)
+        loss, z, *pred = fused_linear_cross_entropy(
+            h * 1.5,
+            w,
+            t,
+            label_smoothing=0.1,
+            lse_square_scale=1e-4,
+            reduction=reduction,
+            chunk_rows=16,
+            return_z_loss=True,
+            return_predicted_tokens=extras,
+            use_token_scaling=extras,
+        )
         return loss.sum() * 2.0, z, *pred
 
     x, w, t, _ = make_inputs(40, 64, 300, torch.bfloat16, device, ignored=3)
@@ -329,31 +379,35 @@ def test_cuda_graph_replay_equals_eager(reduction):
 
 # ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,exc,arg", [
-    (dict(x=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'x'"),
-    (dict(x=torch.randn(8)), ValueError, "'x'"),
-    (dict(x=torch.randn(4, 0), weight=torch.randn(5, 0)), ValueError, "'x'"),
-    (dict(weight=torch.randn(5, 8, dtype=torch.float64)), TypeError, "'weight'"),
-    (dict(weight=torch.randn(5, 8).bfloat16()), TypeError, "'weight'"),
-    (dict(weight=torch.randn(5, 7)), ValueError, "'weight'"),
-    (dict(weight=torch.randn(5, 8, 1)), ValueError, "'weight'"),
-    (dict(target=torch.zeros(4)), TypeError, "'target'"),
-    (dict(target=torch.zeros(5, dtype=torch.int64)), ValueError, "'target'"),
-    (dict(target=[0, 1, 2, 3]), TypeError, "'target'"),
-    (dict(bias=torch.ones(4)), ValueError, "'bias'"),
-    (dict(bias=torch.ones(5, dtype=torch.float64)), TypeError, "'bias'"),
-    (dict(ce_weight=torch.ones(7)), ValueError, "'ce_weight'"),
-    (dict(ce_weight=torch.ones(5, dtype=torch.int64)), TypeError, "'ce_weight'"),
-    (dict(ignore_index=1.5), TypeError, "'ignore_index'"),
-    (dict(label_smoothing=1.5), ValueError, "'label_smoothing'"),
-    (dict(lse_square_scale=-1.0), ValueError, "'lse_square_scale'"),
-    (dict(softcap=0.0), ValueError, "'softcap'"),
-    (dict(reduction="avg"), ValueError, "'reduction'"),
-    (dict(memory_budget=0), ValueError, "'memory_budget'"),
-    (dict(chunk_rows=-3), ValueError, "'chunk_rows'"),
-    (dict(dw_accumulation="bf16"), ValueError, "'dw_accumulation'"),
-    (dict(target=torch.tensor([0, 1, 5, 3])), ValueError, "'target'"),  # out of range: caught on the CPU
-])
+
+@pytest.mark.parametrize(
+    "kwargs,exc,arg",
+    [
+        (dict(x=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'x'"),
+        (dict(x=torch.randn(8)), ValueError, "'x'"),
+        (dict(x=torch.randn(4, 0), weight=torch.randn(5, 0)), ValueError, "'x'"),
+        (dict(weight=torch.randn(5, 8, dtype=torch.float64)), TypeError, "'weight'"),
+        (dict(weight=torch.randn(5, 8).bfloat16()), TypeError, "'weight'"),
+        (dict(weight=torch.randn(5, 7)), ValueError, "'weight'"),
+        (dict(weight=torch.randn(5, 8, 1)), ValueError, "'weight'"),
+        (dict(target=torch.zeros(4)), TypeError, "'target'"),
+        (dict(target=torch.zeros(5, dtype=torch.int64)), ValueError, "'target'"),
+        (dict(target=[0, 1, 2, 3]), TypeError, "'target'"),
+        (dict(bias=torch.ones(4)), ValueError, "'bias'"),
+        (dict(bias=torch.ones(5, dtype=torch.float64)), TypeError, "'bias'"),
+        (dict(ce_weight=torch.ones(7)), ValueError, "'ce_weight'"),
+        (dict(ce_weight=torch.ones(5, dtype=torch.int64)), TypeError, "'ce_weight'"),
+        (dict(ignore_index=1.5), TypeError, "'ignore_index'"),
+        (dict(label_smoothing=1.5), ValueError, "'label_smoothing'"),
+        (dict(lse_square_scale=-1.0), ValueError, "'lse_square_scale'"),
+        (dict(softcap=0.0), ValueError, "'softcap'"),
+        (dict(reduction="avg"), ValueError, "'reduction'"),
+        (dict(memory_budget=0), ValueError, "'memory_budget'"),
+        (dict(chunk_rows=-3), ValueError, "'chunk_rows'"),
+        (dict(dw_accumulation="bf16"), ValueError, "'dw_accumulation'"),
+        (dict(target=torch.tensor([0, 1, 5, 3])), ValueError, "'target'"),  # out of range: caught on the CPU
+    ],
+)
 def test_bad_input_names_the_argument(kwargs, exc, arg):
     args = dict(x=torch.randn(4, 8), weight=torch.randn(5, 8), target=torch.tensor([0, 1, 2, 3]))
     args.update(kwargs)
@@ -364,14 +418,34 @@ def test_bad_input_names_the_argument(kwargs, exc, arg):
 def test_c_library_errors_surface_with_the_message():
     import tigon
     from tigon import _lib
+
     mod = importlib.import_module("tigon.ops.fused_linear_cross_entropy")
     x, w, t = torch.randn(6, 8).bfloat16(), torch.randn(5, 8).bfloat16(), torch.zeros(6, dtype=torch.int64)
     loss, arg = torch.empty(()), _lib.tensor_arg
 
     def call(dw, chunk_rows=2, narrow=0, loss=loss, db=None):
         p = mod._params(-100, 0.0, 0.0, 0.0, 1, chunk_rows, 0, True, narrow)
-        _lib.check(mod._fwd(arg(x), arg(w), None, arg(t), None, None, arg(loss), None, None, None, None, arg(dw),
-                            arg(db), p, None, 0, None))
+        _lib.check(
+            mod._fwd(
+                arg(x),
+                arg(w),
+                None,
+                arg(t),
+                None,
+                None,
+                arg(loss),
+                None,
+                None,
+                None,
+                None,
+                arg(dw),
+                arg(db),
+                p,
+                None,
+                0,
+                None,
+            )
+        )
 
     call(torch.empty(5, 8).bfloat16(), chunk_rows=6)  # one chunk: a bf16 dW is one fp32 sum, allowed
     with pytest.raises(tigon.TigonArgumentError, match="tigon_fused_linear_cross_entropy_fwd: argument 'dw'"):
@@ -391,8 +465,11 @@ def test_c_library_errors_surface_with_the_message():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("opts", [{}, dict(bias=True, ce_weight=True, label_smoothing=0.1, lse_square_scale=1e-4,
-                                           softcap=5.0, ignored=3)], ids=["plain", "all"])
+@pytest.mark.parametrize(
+    "opts",
+    [{}, dict(bias=True, ce_weight=True, label_smoothing=0.1, lse_square_scale=1e-4, softcap=5.0, ignored=3)],
+    ids=["plain", "all"],
+)
 @pytest.mark.parametrize("chunk_rows", [None, 6], ids=["one_chunk", "many_chunks"])
 def test_token_scaling_matches_float64_reference(device, dtype, reduction, opts, chunk_rows):
     n, h, v = (257, 128, 32003) if device == "cuda" else (29, 48, 517)
@@ -409,8 +486,9 @@ def test_token_scaling_matches_float64_reference(device, dtype, reduction, opts,
 def test_module_takes_the_liger_options(device):
     x, w, t, _ = make_inputs(3 * 5, 16, 40, torch.float32, device, ignored=2)
     x3, t3 = x.detach().view(3, 5, 16), t.view(3, 5)
-    loss_fn = FusedLinearCrossEntropyLoss(return_token_accuracy=True, return_predicted_tokens=True,
-                                          use_token_scaling=True)
+    loss_fn = FusedLinearCrossEntropyLoss(
+        return_token_accuracy=True, return_predicted_tokens=True, use_token_scaling=True
+    )
     loss, acc, pred = loss_fn(w, x3, t3)
     assert pred.shape == (3, 5) and pred.dtype == torch.int64
     assert_close(acc, ((pred == t3) & (t3 != -100)).sum().double() / (t3 != -100).sum(), name="accuracy")
@@ -435,8 +513,9 @@ def test_hidden_size_not_a_multiple_of_8(device, dtype, h, chunk_rows):
 @needs_cuda
 def test_device_mismatch_names_the_argument():
     with pytest.raises(ValueError, match="'weight'"):
-        fused_linear_cross_entropy(torch.randn(4, 8, device="cuda"), torch.randn(5, 8),
-                                   torch.zeros(4, dtype=torch.int64, device="cuda"))
+        fused_linear_cross_entropy(
+            torch.randn(4, 8, device="cuda"), torch.randn(5, 8), torch.zeros(4, dtype=torch.int64, device="cuda")
+        )
 
 
 # Under torch.autocast the products run in the autocast dtype, as F.linear's would: fp32 x and weight under
@@ -461,6 +540,7 @@ def test_autocast_computes_in_the_autocast_dtype(device, reduction):
         assert_close(g, r.double(), torch.bfloat16, name=name)
     # the bf16 products are what was computed: the same bits as bf16 inputs
     with torch.autocast(device, dtype=torch.bfloat16):
-        bf = fused_linear_cross_entropy(x.detach().bfloat16(), w.detach().bfloat16(), t, b.detach().bfloat16(),
-                                        reduction=reduction)
+        bf = fused_linear_cross_entropy(
+            x.detach().bfloat16(), w.detach().bfloat16(), t, b.detach().bfloat16(), reduction=reduction
+        )
     assert torch.equal(loss, bf)

@@ -24,6 +24,7 @@ def logits_and_target(n, v, device):
 
 # ---- cross entropy (the gradient written over the logits in the forward) -------------------------------------------
 
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_over_logits_an_op_saved_raises(device):
     z, t = logits_and_target(8, 32, device)
@@ -96,6 +97,7 @@ def test_cross_entropy_in_place_under_compile(device):
 
 # ---- gated activations (da, db written over a, b in the backward) -------------------------------------------------
 
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["swiglu", "geglu", "swiglu_fused", "geglu_fused"])
 def test_glu_over_inputs_an_op_saved_raises(device, kind):
@@ -137,6 +139,7 @@ def test_glu_second_backward_raises(device):
 
 
 # ---- norms and RoPE (the input gradient written over the output gradient in the backward) -------------------------
+
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "rope"])

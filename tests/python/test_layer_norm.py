@@ -11,8 +11,13 @@ from tigon.nn.layer_norm import LayerNorm
 from tigon.ops.layer_norm import layer_norm
 from tolerances import assert_close
 
-DTYPE_PAIRS = [(torch.float32, torch.float32), (torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
-               (torch.bfloat16, torch.float32), (torch.float16, torch.float32)]
+DTYPE_PAIRS = [
+    (torch.float32, torch.float32),
+    (torch.float16, torch.float16),
+    (torch.bfloat16, torch.bfloat16),
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float32),
+]
 
 
 def reference(x, w, b, eps):
@@ -58,8 +63,23 @@ def run_and_check(x, w, b, eps=1e-5, in_place=False):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,p_dtype", DTYPE_PAIRS)
 @pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
-@pytest.mark.parametrize("shape", [(5, 123), (3, 65), (3, 65537), (1, 1), (257, 1), (2, 3, 64), (257, 1000), (1, 4096),
-                                   (64, 4096), (8, 8192), (4, 16384), (2, 32768)])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (5, 123),
+        (3, 65),
+        (3, 65537),
+        (1, 1),
+        (257, 1),
+        (2, 3, 64),
+        (257, 1000),
+        (1, 4096),
+        (64, 4096),
+        (8, 8192),
+        (4, 16384),
+        (2, 32768),
+    ],
+)
 def test_matches_float64_reference(device, dtype, p_dtype, has_w, has_b, shape):
     # The size classes of the kernels (see tests/cpp/test_layer_norm_cuda.cpp): rows shorter than a warp, padded
     # vectors (1000), one row per block slot (4096, 8192), the longest cached rows (16384 backward, 32768 forward),
@@ -144,8 +164,9 @@ def test_module_matches_torch_layer_norm(device, dtype, kwargs):
     y_theirs.backward(dy)
     assert_close(x2.grad, x1.grad.double(), name="dx")
     for (name, p_ours), p_theirs in zip(ours.named_parameters(), theirs.parameters()):
-        assert_close(p_ours.grad, p_theirs.grad.double(), dtype=torch.float32 if dtype == torch.float32 else dtype,
-                     name=name)
+        assert_close(
+            p_ours.grad, p_theirs.grad.double(), dtype=torch.float32 if dtype == torch.float32 else dtype, name=name
+        )
 
 
 def test_module_rejects_multi_dim_normalized_shape():
@@ -170,8 +191,9 @@ def test_torch_compile_fullgraph_equals_eager(device, in_place):
     x, w, b = make_inputs((32, 256), torch.bfloat16, torch.float32, device)
     dy = torch.randn(32, 256, device=device, dtype=torch.bfloat16)
     eager = _step(f, x, w, b, dy)
-    compiled = _step(torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor"),
-                     x, w, b, dy)
+    compiled = _step(
+        torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor"), x, w, b, dy
+    )
     for a, c in zip(eager, compiled):
         assert torch.equal(a, c)
 
@@ -248,24 +270,32 @@ def test_uncached_kernels_match_reference(uncached_norms, dtype, p_dtype, shape)
 
 # ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,exc,arg", [
-    (dict(x=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'x'"),
-    (dict(x="not a tensor"), TypeError, "'x'"),
-    (dict(x=torch.randn(8, 4).t()), ValueError, "'x'"),
-    (dict(x=torch.randn(4, 0)), ValueError, "'x'"),
-    (dict(weight=torch.ones(7)), ValueError, "'weight'"),
-    (dict(weight=torch.ones(8, dtype=torch.float16)), TypeError, "'weight'"),
-    (dict(weight=[1.0] * 8), TypeError, "'weight'"),
-    (dict(bias=torch.ones(9)), ValueError, "'bias'"),
-    (dict(bias=torch.ones(8, dtype=torch.float64)), TypeError, "'bias'"),
-    (dict(bias=torch.ones(8, dtype=torch.float32)), TypeError, "'bias'"),  # weight is bf16: dtypes must agree
-    (dict(eps=-1.0), ValueError, "'eps'"),
-    (dict(eps=float("nan")), ValueError, "'eps'"),
-    (dict(eps="1e-5"), ValueError, "'eps'"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,exc,arg",
+    [
+        (dict(x=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'x'"),
+        (dict(x="not a tensor"), TypeError, "'x'"),
+        (dict(x=torch.randn(8, 4).t()), ValueError, "'x'"),
+        (dict(x=torch.randn(4, 0)), ValueError, "'x'"),
+        (dict(weight=torch.ones(7)), ValueError, "'weight'"),
+        (dict(weight=torch.ones(8, dtype=torch.float16)), TypeError, "'weight'"),
+        (dict(weight=[1.0] * 8), TypeError, "'weight'"),
+        (dict(bias=torch.ones(9)), ValueError, "'bias'"),
+        (dict(bias=torch.ones(8, dtype=torch.float64)), TypeError, "'bias'"),
+        (dict(bias=torch.ones(8, dtype=torch.float32)), TypeError, "'bias'"),  # weight is bf16: dtypes must agree
+        (dict(eps=-1.0), ValueError, "'eps'"),
+        (dict(eps=float("nan")), ValueError, "'eps'"),
+        (dict(eps="1e-5"), ValueError, "'eps'"),
+    ],
+)
 def test_bad_input_names_the_argument(kwargs, exc, arg):
-    args = dict(x=torch.randn(4, 8, dtype=torch.bfloat16), weight=torch.ones(8, dtype=torch.bfloat16),
-                bias=torch.zeros(8, dtype=torch.bfloat16), eps=1e-5)
+    args = dict(
+        x=torch.randn(4, 8, dtype=torch.bfloat16),
+        weight=torch.ones(8, dtype=torch.bfloat16),
+        bias=torch.zeros(8, dtype=torch.bfloat16),
+        eps=1e-5,
+    )
     args.update(kwargs)
     with pytest.raises(exc, match=arg):
         layer_norm(**args)
@@ -275,12 +305,16 @@ def test_c_library_errors_surface_with_the_message():
     import tigon
     from tigon import _lib
     import importlib
+
     mod = importlib.import_module("tigon.ops.layer_norm")  # the module: tigon.ops.layer_norm is the function
     x = torch.randn(4, 8)
     y_bad = torch.empty(3, 8)
     with pytest.raises(tigon.TigonArgumentError, match="tigon_layer_norm_fwd: argument 'y'"):
-        _lib.check(mod._fwd(_lib.tensor_arg(x), None, None, _lib.tensor_arg(y_bad), None, None,
-                            mod.LayerNormParams(1e-5), None))
+        _lib.check(
+            mod._fwd(
+                _lib.tensor_arg(x), None, None, _lib.tensor_arg(y_bad), None, None, mod.LayerNormParams(1e-5), None
+            )
+        )
 
 
 @needs_cuda

@@ -22,7 +22,9 @@ def test_quickstart_trains_and_generates(capsys):
 
 
 def test_import_without_transformers_says_what_to_install():
-    code = ("import sys; sys.modules['transformers'] = None\n"  # None in sys.modules: import fails as if absent
-            "try:\n    import tigon.transformers\nexcept ImportError as e:\n    print(e)\n")
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"  # None in sys.modules: import fails as if absent
+        "try:\n    import tigon.transformers\nexcept ImportError as e:\n    print(e)\n"
+    )
     out = run_python(code)
     assert "pip install 'tigon[hf]'" in out and '".[hf]"' in out, out

@@ -1,4 +1,5 @@
 """The README's Python snippets run as written (on the CPU here; on the GPU where there is one)."""
+
 import re
 from pathlib import Path
 
@@ -17,4 +18,5 @@ def test_readme_python_snippets_run():
             exec(compile(block, str(README), "exec"), scope)
     finally:
         import tigon.transformers
+
         tigon.transformers.revert()  # the snippets patch Llama at class level

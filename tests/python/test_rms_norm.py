@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tigon
-from conftest import DEVICES, HAVE_CUDA, needs_cuda
+from conftest import DEVICES, needs_cuda
 from tolerances import assert_close
 
 MODES = ["llama", "gemma", "none"]
@@ -46,9 +46,16 @@ def run_and_check(x, w, offset, mode, eps=1e-6, in_place=False):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype,w_dtype", [
-    (torch.float32, torch.float32), (torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16),
-    (torch.bfloat16, torch.float32), (torch.float16, torch.float32)])
+@pytest.mark.parametrize(
+    "dtype,w_dtype",
+    [
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+    ],
+)
 @pytest.mark.parametrize("shape", [(5, 123), (3, 65537), (1, 1), (2, 3, 64), (64, 4096)])
 def test_matches_float64_reference(device, mode, dtype, w_dtype, shape):
     x, w, offset = make_inputs(shape, dtype, w_dtype, mode, device)
@@ -131,8 +138,10 @@ def test_expanded_output_gradient(device):
 def test_modules_match_hugging_face(device):
     modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     modeling_gemma = pytest.importorskip("transformers.models.gemma.modeling_gemma")
-    for hf_cls, ours_cls, dtype in [(modeling_llama.LlamaRMSNorm, tigon.nn.RMSNorm, torch.bfloat16),
-                                    (modeling_gemma.GemmaRMSNorm, tigon.nn.GemmaRMSNorm, torch.bfloat16)]:
+    for hf_cls, ours_cls, dtype in [
+        (modeling_llama.LlamaRMSNorm, tigon.nn.RMSNorm, torch.bfloat16),
+        (modeling_gemma.GemmaRMSNorm, tigon.nn.GemmaRMSNorm, torch.bfloat16),
+    ]:
         hf = hf_cls(96, eps=1e-5).to(device=device, dtype=dtype)
         with torch.no_grad():
             hf.weight.add_(torch.randn_like(hf.weight) * 0.1)
@@ -158,8 +167,7 @@ def test_torch_compile_fullgraph_equals_eager(device):
     x, w, _ = make_inputs((32, 256), torch.bfloat16, torch.float32, "llama", device)
     dy = torch.randn(32, 256, device=device)
     eager = _step(f, x, w, dy)
-    compiled = _step(torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor"),
-                     x, w, dy)
+    compiled = _step(torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor"), x, w, dy)
     for a, b in zip(eager, compiled):
         assert torch.equal(a, b)
 
@@ -199,8 +207,15 @@ def test_weight_gradient_is_deterministic():
 
 @needs_cuda
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype,w_dtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
-                                           (torch.float16, torch.float16), (torch.float32, torch.float32)])
+@pytest.mark.parametrize(
+    "dtype,w_dtype",
+    [
+        (torch.bfloat16, torch.bfloat16),
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float16),
+        (torch.float32, torch.float32),
+    ],
+)
 @pytest.mark.parametrize("shape", [(1000, 8), (257, 1000), (64, 4096), (4, 16384)])
 def test_uncached_kernels_match_reference(uncached_norms, mode, dtype, w_dtype, shape):
     """The uncached kernels at the shapes the library's plan gives the cached ones; strided rows, the in-place
@@ -227,22 +242,29 @@ def test_more_than_2_31_elements():
     assert_close(y[tail], y_ref, name="y tail")
     (dx_ref,) = torch.autograd.grad(y_ref, x64, dy[tail].double())
     assert_close(dx[tail], dx_ref, name="dx tail")
-    assert_close(dw, (dy.float() * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)))
-                 .sum(0).double(), name="dw")
+    assert_close(
+        dw,
+        (dy.float() * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))).sum(0).double(),
+        name="dw",
+    )
 
 
 # ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,exc,arg", [
-    (dict(x=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'x'"),
-    (dict(weight=torch.ones(7)), ValueError, "'weight'"),
-    (dict(weight=torch.ones(8, dtype=torch.float16)), TypeError, "'weight'"),
-    (dict(x=torch.randn(8, 4).t()), ValueError, "'x'"),
-    (dict(x=torch.randn(4, 0)), ValueError, "'x'"),
-    (dict(casting_mode="llama3"), ValueError, "'casting_mode'"),
-    (dict(eps=-1.0), ValueError, "'eps'"),
-    (dict(weight=None, offset=1.0), ValueError, "'offset'"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,exc,arg",
+    [
+        (dict(x=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'x'"),
+        (dict(weight=torch.ones(7)), ValueError, "'weight'"),
+        (dict(weight=torch.ones(8, dtype=torch.float16)), TypeError, "'weight'"),
+        (dict(x=torch.randn(8, 4).t()), ValueError, "'x'"),
+        (dict(x=torch.randn(4, 0)), ValueError, "'x'"),
+        (dict(casting_mode="llama3"), ValueError, "'casting_mode'"),
+        (dict(eps=-1.0), ValueError, "'eps'"),
+        (dict(weight=None, offset=1.0), ValueError, "'offset'"),
+    ],
+)
 def test_bad_input_names_the_argument(kwargs, exc, arg):
     args = dict(x=torch.randn(4, 8, dtype=torch.bfloat16), weight=torch.ones(8, dtype=torch.bfloat16), eps=1e-6)
     args.update(kwargs)
@@ -253,12 +275,14 @@ def test_bad_input_names_the_argument(kwargs, exc, arg):
 def test_c_library_errors_surface_with_the_message():
     import importlib
     from tigon import _lib
+
     mod = importlib.import_module("tigon.ops.rms_norm")
     x = torch.randn(4, 8)
     y_bad = torch.empty(3, 8)
     with pytest.raises(tigon.TigonArgumentError, match="tigon_rms_norm_fwd: argument 'y'"):
-        _lib.check(mod._fwd(_lib.tensor_arg(x), None, _lib.tensor_arg(y_bad), None, mod.RMSNormParams(1e-6, 0.0, 0),
-                            None))
+        _lib.check(
+            mod._fwd(_lib.tensor_arg(x), None, _lib.tensor_arg(y_bad), None, mod.RMSNormParams(1e-6, 0.0, 0), None)
+        )
 
 
 @needs_cuda

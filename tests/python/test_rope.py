@@ -16,7 +16,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -76,15 +76,19 @@ def check_against_reference(q, k, cos, sin, layout, interleaved, in_place=False)
 @pytest.mark.parametrize("cos_fp32", [True, False])
 @pytest.mark.parametrize("layout", ["bhtd", "bthd"])
 @pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize("batch,hq,hk,seq,dim,rotary,table_batch", [
-    (2, 4, 2, 16, 64, 64, 1),     # GQA, full rotary
-    (2, 4, 4, 7, 128, 64, 2),     # partial rotary, per-batch tables
-    (1, 3, 1, 7, 8, 8, 1),        # tiny heads
-    (3, 2, 1, 5, 96, 96, 3),      # head dim not a power of two
-    (1, 2, 2, 3, 10, 6, 1),       # odd pass-through width, scalar path
-])
-def test_matches_hugging_face_in_float64(device, dtype, cos_fp32, layout, interleaved, batch, hq, hk, seq, dim,
-                                         rotary, table_batch):
+@pytest.mark.parametrize(
+    "batch,hq,hk,seq,dim,rotary,table_batch",
+    [
+        (2, 4, 2, 16, 64, 64, 1),  # GQA, full rotary
+        (2, 4, 4, 7, 128, 64, 2),  # partial rotary, per-batch tables
+        (1, 3, 1, 7, 8, 8, 1),  # tiny heads
+        (3, 2, 1, 5, 96, 96, 3),  # head dim not a power of two
+        (1, 2, 2, 3, 10, 6, 1),  # odd pass-through width, scalar path
+    ],
+)
+def test_matches_hugging_face_in_float64(
+    device, dtype, cos_fp32, layout, interleaved, batch, hq, hk, seq, dim, rotary, table_batch
+):
     q, k = make_qk(batch, hq, hk, seq, dim, dtype, device, layout)
     cos, sin = make_tables(table_batch, seq, rotary, interleaved, device, torch.float32 if cos_fp32 else dtype)
     check_against_reference(q, k, cos, sin, layout, interleaved)
@@ -120,19 +124,20 @@ def test_head_slices_of_a_fused_qkv(device, dtype, layout):
     # q and k as views of one (B, T, Hq + 2 Hk, D) projection: heads and time strided, never copied.
     batch, seq, hq, hk, dim = 2, 7, 4, 2, 64
     qkv = torch.randn(batch, seq, hq + 2 * hk, dim, device=device).to(dtype).requires_grad_(True)
-    q, k = qkv[:, :, :hq], qkv[:, :, hq:hq + hk]
+    q, k = qkv[:, :, :hq], qkv[:, :, hq : hq + hk]
     if layout == "bhtd":
         q, k = q.transpose(1, 2), k.transpose(1, 2)
     assert not q.is_contiguous() and not k.is_contiguous()
     cos, sin = make_tables(batch, seq, dim, False, device)
     q_out, k_out = rope(q, k, cos, sin, layout=layout)
-    q_ref, k_ref = hf_apply_rotary_pos_emb(q.double(), k.double(), cos.double(), sin.double(),
-                                           1 if layout == "bhtd" else 2)
+    q_ref, k_ref = hf_apply_rotary_pos_emb(
+        q.double(), k.double(), cos.double(), sin.double(), 1 if layout == "bhtd" else 2
+    )
     assert_close(q_out, q_ref, dtype, name="q_out")
     assert_close(k_out, k_ref, dtype, name="k_out")
     (q_out.float().square().sum() + k_out.float().sum()).backward()
     qkv64 = qkv.detach().double().requires_grad_(True)
-    q64, k64 = qkv64[:, :, :hq], qkv64[:, :, hq:hq + hk]
+    q64, k64 = qkv64[:, :, :hq], qkv64[:, :, hq : hq + hk]
     if layout == "bhtd":
         q64, k64 = q64.transpose(1, 2), k64.transpose(1, 2)
     r = hf_apply_rotary_pos_emb(q64, k64, cos.double(), sin.double(), 1 if layout == "bhtd" else 2)
@@ -237,6 +242,7 @@ def test_more_than_2_31_elements():
 
 # ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
 
+
 def _bad_cases():
     q, k = torch.randn(2, 4, 6, 16), torch.randn(2, 2, 6, 16)
     cos, sin = torch.randn(1, 6, 16), torch.randn(1, 6, 16)
@@ -251,7 +257,7 @@ def _bad_cases():
         (dict(k=torch.randn(2, 2, 5, 16)), ValueError, "'k'"),
         (dict(k=torch.randn(3, 2, 6, 16)), ValueError, "'k'"),
         (dict(cos=torch.randn(1, 6, 18), sin=torch.randn(1, 6, 18)), ValueError, "'cos'"),  # R > D
-        (dict(cos=torch.randn(1, 6, 7), sin=torch.randn(1, 6, 7)), ValueError, "'cos'"),    # odd R
+        (dict(cos=torch.randn(1, 6, 7), sin=torch.randn(1, 6, 7)), ValueError, "'cos'"),  # odd R
         (dict(cos=torch.randn(1, 5, 16), sin=torch.randn(1, 5, 16)), ValueError, "'cos'"),  # seq mismatch
         (dict(cos=torch.randn(3, 6, 16), sin=torch.randn(3, 6, 16)), ValueError, "'cos'"),  # batch mismatch
         (dict(cos=torch.randn(1, 1, 6, 16), sin=torch.randn(1, 1, 6, 16)), ValueError, "'cos'"),
@@ -280,7 +286,7 @@ def test_bad_unsqueeze_dim_is_named():
 
 def test_c_library_errors_surface_with_the_message():
     import tigon
-    from tigon import _lib
+
     mod = importlib.import_module("tigon.ops.rope")  # the module: tigon.ops.rope is the function
     x, cos, sin = torch.randn(1, 2, 3, 8), torch.randn(1, 3, 8), torch.randn(1, 3, 8)
     with pytest.raises(tigon.TigonArgumentError, match="tigon_rope_fwd: argument 'out'"):

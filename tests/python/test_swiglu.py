@@ -37,7 +37,7 @@ def tigon_glu_fused(act, gate_up, in_place=False, **mult):
 def rows_of(shape, dtype, device, pad=0, scale=2.0):
     """A [..., I] tensor; with pad, the first I columns of a [..., I + pad] buffer (row stride I + pad)."""
     t = (torch.randn(*shape[:-1], shape[-1] + pad, device=device) * scale).to(dtype)
-    return t[..., :shape[-1]] if pad else t
+    return t[..., : shape[-1]] if pad else t
 
 
 def check_pair(act, a_leaf, b_leaf, in_place, a_in=None, b_in=None):
@@ -76,7 +76,9 @@ def test_matches_float64_reference(device, act, dtype, shape, in_place):
 def test_saturated_inputs(device, act, dtype):
     """Far into both tails (where the activation is 0 or the identity, and where exp overflows inside the kernels'
     sigmoid forms) outputs and gradients stay finite and match float64, 16 columns so the vector path runs."""
-    tails = torch.tensor([-1e4, -600.0, -88.0, -20.0, -9.0, -5.0, -2.0, 0.0, 2.0, 5.0, 9.0, 20.0, 88.0, 600.0, 1e4, -0.5])
+    tails = torch.tensor(
+        [-1e4, -600.0, -88.0, -20.0, -9.0, -5.0, -2.0, 0.0, 2.0, 5.0, 9.0, 20.0, 88.0, 600.0, 1e4, -0.5]
+    )
     a_leaf = tails.repeat(3, 1).to(device=device, dtype=dtype).requires_grad_()
     b_leaf = (torch.randn(3, 16, device=device) + 2).to(dtype).requires_grad_()
     check_pair(act, a_leaf, b_leaf, False)
@@ -162,6 +164,7 @@ def test_expanded_output_gradient(device):
 
 # ---- Hugging Face's roundings and Falcon-H1's multipliers -------------------------------------------------------------
 
+
 def assert_same_roundings(got, want, name):
     """got equals want but where fp32 math in another order (another library's tanh or erf, on the CPU) lands on the
     other side of a rounding: a few elements in 10^4, one unit apart (rounding act(a) and the product once instead of
@@ -229,10 +232,15 @@ def test_multipliers_match_float64_reference(device, act, dtype, fused):
     assert_close(got[1], want[1], name="db")
 
 
-@pytest.mark.parametrize("kwargs,exc", [
-    (dict(gate_multiplier=float("nan")), ValueError), (dict(down_multiplier=0.0), ValueError),
-    (dict(gate_multiplier="2"), TypeError), (dict(down_multiplier=True), TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc",
+    [
+        (dict(gate_multiplier=float("nan")), ValueError),
+        (dict(down_multiplier=0.0), ValueError),
+        (dict(gate_multiplier="2"), TypeError),
+        (dict(down_multiplier=True), TypeError),
+    ],
+)
 def test_bad_multipliers_name_the_argument(kwargs, exc):
     arg = next(iter(kwargs))
     with pytest.raises(exc, match=f"'{arg}'"):
@@ -243,6 +251,7 @@ def test_bad_multipliers_name_the_argument(kwargs, exc):
 
 # ---- Hugging Face modules ---------------------------------------------------------------------------------------------
 
+
 def _hf_pairs():
     tf = pytest.importorskip("transformers")
     from tigon.nn import swiglu as ours
@@ -250,13 +259,16 @@ def _hf_pairs():
     from transformers.models.gemma.modeling_gemma import GemmaMLP
     from transformers.models.llama.modeling_llama import LlamaMLP
     from transformers.models.phi3.modeling_phi3 import Phi3MLP
+
     small = dict(hidden_size=48, intermediate_size=104, num_attention_heads=4, num_key_value_heads=4)
-    return [(LlamaMLP, ours.LlamaMLP, tf.LlamaConfig(**small)),
-            (LlamaMLP, ours.LlamaMLP, tf.LlamaConfig(**small, mlp_bias=True)),
-            (GemmaMLP, ours.GemmaMLP, tf.GemmaConfig(**small)),
-            (Phi3MLP, ours.Phi3MLP, tf.Phi3Config(**small)),
-            (FalconH1MLP, ours.FalconH1MLP, tf.FalconH1Config(**small, mlp_multipliers=[0.8125, 1.75])),
-            (FalconH1MLP, ours.FalconH1MLP, tf.FalconH1Config(**small, mlp_multipliers=[1.5, 0.625], mlp_bias=True))]
+    return [
+        (LlamaMLP, ours.LlamaMLP, tf.LlamaConfig(**small)),
+        (LlamaMLP, ours.LlamaMLP, tf.LlamaConfig(**small, mlp_bias=True)),
+        (GemmaMLP, ours.GemmaMLP, tf.GemmaConfig(**small)),
+        (Phi3MLP, ours.Phi3MLP, tf.Phi3Config(**small)),
+        (FalconH1MLP, ours.FalconH1MLP, tf.FalconH1Config(**small, mlp_multipliers=[0.8125, 1.75])),
+        (FalconH1MLP, ours.FalconH1MLP, tf.FalconH1Config(**small, mlp_multipliers=[1.5, 0.625], mlp_bias=True)),
+    ]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -282,8 +294,9 @@ def test_modules_match_hugging_face(device, dtype):
         torch.testing.assert_close(x_ours.grad, x_hf.grad, **tol, msg=lambda m: f"{name} dx: {m}")
         for (k, p_hf), p_ours in zip(hf.named_parameters(), ours.parameters()):
             scale = max(1.0, p_hf.grad.abs().max().item())
-            torch.testing.assert_close(p_ours.grad, p_hf.grad, atol=tol["atol"] * scale, rtol=tol["rtol"],
-                                       msg=lambda m: f"{name} d{k}: {m}")
+            torch.testing.assert_close(
+                p_ours.grad, p_hf.grad, atol=tol["atol"] * scale, rtol=tol["rtol"], msg=lambda m: f"{name} d{k}: {m}"
+            )
 
 
 # (batch, seq, hidden, intermediate) at which GeGLU once missed Hugging Face's bf16 MLP by more than 1e-2: near-zero
@@ -300,15 +313,19 @@ def test_mlp_matches_hugging_face_in_bf16(device, family, shape):
     every gradient agree to 1e-2."""
     tf = pytest.importorskip("transformers")
     from tigon.nn import swiglu as ours
+
     if family == "gemma":
         from transformers.models.gemma.modeling_gemma import GemmaMLP as HF
+
         cfg_cls, ours_cls = tf.GemmaConfig, ours.GemmaMLP
     else:
         from transformers.models.llama.modeling_llama import LlamaMLP as HF
+
         cfg_cls, ours_cls = tf.LlamaConfig, ours.LlamaMLP
     bsz, seq, hidden, inter = shape
-    config = cfg_cls(hidden_size=hidden, intermediate_size=inter, num_attention_heads=1, num_key_value_heads=1,
-                     head_dim=64)
+    config = cfg_cls(
+        hidden_size=hidden, intermediate_size=inter, num_attention_heads=1, num_key_value_heads=1, head_dim=64
+    )
     hf = HF(config).to(device=device, dtype=torch.bfloat16)
     mine = ours_cls(config).to(device=device, dtype=torch.bfloat16)
     mine.load_state_dict(hf.state_dict())
@@ -328,12 +345,17 @@ def test_mlp_matches_hugging_face_in_bf16(device, family, shape):
 def test_module_rejects_unknown_activation():
     tf = pytest.importorskip("transformers")
     from tigon.nn.swiglu import LlamaMLP
+
     with pytest.raises(ValueError, match="hidden_act"):
-        LlamaMLP(tf.LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2, num_key_value_heads=2,
-                                   hidden_act="relu"))
+        LlamaMLP(
+            tf.LlamaConfig(
+                hidden_size=8, intermediate_size=16, num_attention_heads=2, num_key_value_heads=2, hidden_act="relu"
+            )
+        )
 
 
 # ---- torch.compile and CUDA graphs --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fused", [False, True])
@@ -391,6 +413,7 @@ def test_cuda_graph_replay_equals_eager(fused):
 
 # ---- memory and size ----------------------------------------------------------------------------------------------
 
+
 @needs_cuda
 @pytest.mark.parametrize("fused", [False, True])
 def test_in_place_full_pass_allocates_only_the_output(fused):
@@ -431,28 +454,36 @@ def test_more_than_2_31_elements():
 
 # ---- bad input: a clear error naming the argument, never a crash ------------------------------------------------------
 
+
 def _ab(**kw):
     args = dict(a=torch.randn(4, 8, dtype=torch.bfloat16), b=torch.randn(4, 8, dtype=torch.bfloat16))
     args.update(kw)
     return args
 
 
-@pytest.mark.parametrize("fn,kwargs,exc,arg", [
-    (swiglu, _ab(a=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'a'"),
-    (swiglu, _ab(a=[1.0, 2.0]), TypeError, "'a'"),
-    (swiglu, _ab(b=torch.ones(4, 8)), TypeError, "'b'"),
-    (swiglu, _ab(b=torch.ones(4, 7, dtype=torch.bfloat16)), ValueError, "'b'"),
-    (swiglu, _ab(b=torch.ones(8, 4, dtype=torch.bfloat16).t()), ValueError, "'b'"),
-    (swiglu, _ab(a=torch.tensor(1.0, dtype=torch.bfloat16), b=torch.tensor(1.0, dtype=torch.bfloat16)), ValueError,
-     "'a'"),
-    (swiglu, _ab(in_place=1), TypeError, "'in_place'"),
-    (geglu, _ab(approximate="erf"), ValueError, "'approximate'"),
-    (geglu, _ab(approximate=None), ValueError, "'approximate'"),
-    (swiglu_fused, dict(gate_up=torch.randn(4, 7)), ValueError, "'gate_up'"),
-    (swiglu_fused, dict(gate_up=torch.randn(4, 8, dtype=torch.float64)), TypeError, "'gate_up'"),
-    (geglu_fused, dict(gate_up=torch.randn(4, 8), approximate="exact"), ValueError, "'approximate'"),
-    (geglu_fused, dict(gate_up=torch.randn(4, 8), in_place="yes"), TypeError, "'in_place'"),
-])
+@pytest.mark.parametrize(
+    "fn,kwargs,exc,arg",
+    [
+        (swiglu, _ab(a=torch.ones(4, 8, dtype=torch.int64)), TypeError, "'a'"),
+        (swiglu, _ab(a=[1.0, 2.0]), TypeError, "'a'"),
+        (swiglu, _ab(b=torch.ones(4, 8)), TypeError, "'b'"),
+        (swiglu, _ab(b=torch.ones(4, 7, dtype=torch.bfloat16)), ValueError, "'b'"),
+        (swiglu, _ab(b=torch.ones(8, 4, dtype=torch.bfloat16).t()), ValueError, "'b'"),
+        (
+            swiglu,
+            _ab(a=torch.tensor(1.0, dtype=torch.bfloat16), b=torch.tensor(1.0, dtype=torch.bfloat16)),
+            ValueError,
+            "'a'",
+        ),
+        (swiglu, _ab(in_place=1), TypeError, "'in_place'"),
+        (geglu, _ab(approximate="erf"), ValueError, "'approximate'"),
+        (geglu, _ab(approximate=None), ValueError, "'approximate'"),
+        (swiglu_fused, dict(gate_up=torch.randn(4, 7)), ValueError, "'gate_up'"),
+        (swiglu_fused, dict(gate_up=torch.randn(4, 8, dtype=torch.float64)), TypeError, "'gate_up'"),
+        (geglu_fused, dict(gate_up=torch.randn(4, 8), approximate="exact"), ValueError, "'approximate'"),
+        (geglu_fused, dict(gate_up=torch.randn(4, 8), in_place="yes"), TypeError, "'in_place'"),
+    ],
+)
 def test_bad_input_names_the_argument(fn, kwargs, exc, arg):
     with pytest.raises(exc, match=arg):
         fn(**kwargs)
@@ -468,6 +499,7 @@ def test_in_place_with_a_and_b_the_same_tensor_is_refused():
 def test_c_library_errors_surface_with_the_message():
     import tigon
     from tigon import _lib
+
     mod = importlib.import_module("tigon.ops.swiglu")  # the module: tigon.ops.swiglu is the function
     a, b, c_bad = torch.randn(4, 8), torch.randn(4, 8), torch.empty(3, 8)
     with pytest.raises(tigon.TigonArgumentError, match="tigon_swiglu_fwd: argument 'c'"):

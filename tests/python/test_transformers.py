@@ -24,29 +24,62 @@ SEQ, BATCH = 24, 2
 # Tiny models: hidden 64, 2 layers, 4 heads of 16, 2 KV heads, vocab 320, intermediate 128; MoE 4 experts top-2.
 # Each family's quirks are switched on at values that matter at this size (softcaps the logits reach, Granite's
 # multipliers away from 1, a sliding window shorter than the sequence).
-COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.05, pad_token_id=0,
-              bos_token_id=1, eos_token_id=2)
-GEMMA2_3 = dict(head_dim=16, query_pre_attn_scalar=16, final_logit_softcapping=0.5, attn_logit_softcapping=5.0,
-                sliding_window=8)
+COMMON = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    initializer_range=0.05,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+GEMMA2_3 = dict(
+    head_dim=16, query_pre_attn_scalar=16, final_logit_softcapping=0.5, attn_logit_softcapping=5.0, sliding_window=8
+)
 CONFIGS = {
     "llama": ("LlamaConfig", dict(mlp_bias=True, tie_word_embeddings=False)),
     "mistral": ("MistralConfig", dict(sliding_window=None)),
-    "mixtral": ("MixtralConfig", dict(num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
-                                      router_aux_loss_coef=0.05)),
+    "mixtral": (
+        "MixtralConfig",
+        dict(num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.05),
+    ),
     "qwen2": ("Qwen2Config", dict()),
     "qwen3": ("Qwen3Config", dict(head_dim=16)),
-    "qwen3_moe": ("Qwen3MoeConfig", dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-                                         decoder_sparse_step=1, mlp_only_layers=[1], output_router_logits=True,
-                                         router_aux_loss_coef=0.05)),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(
+            head_dim=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+            output_router_logits=True,
+            router_aux_loss_coef=0.05,
+        ),
+    ),
     "gemma": ("GemmaConfig", dict(head_dim=16)),
     "gemma2": ("Gemma2Config", GEMMA2_3),
     "gemma3": ("Gemma3TextConfig", dict(GEMMA2_3, layer_types=["sliding_attention", "full_attention"])),
-    "phi3": ("Phi3Config", dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0,
-                                                     partial_rotary_factor=0.5))),
+    "phi3": (
+        "Phi3Config",
+        dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)),
+    ),
     "olmo2": ("Olmo2Config", dict()),
-    "granite": ("GraniteConfig", dict(mlp_bias=True, logits_scaling=4.0, embedding_multiplier=3.0,
-                                      residual_multiplier=0.5, attention_multiplier=0.1)),
+    "granite": (
+        "GraniteConfig",
+        dict(
+            mlp_bias=True,
+            logits_scaling=4.0,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.1,
+        ),
+    ),
 }
 CAUSAL_LM = {"gemma3": "Gemma3ForCausalLM"}
 
@@ -104,13 +137,15 @@ def spies(monkeypatch):
         def wrapper(*args, **kwargs):
             counts[key] += 1
             return fn(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(_modules, "_tigon_apply_rotary_pos_emb", counted("rope", _modules._tigon_apply_rotary_pos_emb))
     glu = _modules._FusedGLU
     monkeypatch.setattr(_modules, "_FusedGLU", type("Counted", (), {"apply": staticmethod(counted("gate", glu.apply))}))
-    monkeypatch.setattr(_causal_lm, "fused_linear_cross_entropy",
-                        counted("loss", _causal_lm.fused_linear_cross_entropy))
+    monkeypatch.setattr(
+        _causal_lm, "fused_linear_cross_entropy", counted("loss", _causal_lm.fused_linear_cross_entropy)
+    )
     return counts
 
 
@@ -129,8 +164,11 @@ def patched_copy(name: str, ref, level: str):
 def assert_tigon_modules(name: str, model) -> None:
     """No module of the family that Tigon replaces is left."""
     fam = FAMILIES[name]
-    left = [type(m).__name__ for m in model.modules() if type(m).__module__ == fam.module
-            and type(m).__name__ in (f"{fam.prefix}RMSNorm", f"{fam.prefix}MLP")]
+    left = [
+        type(m).__name__
+        for m in model.modules()
+        if type(m).__module__ == fam.module and type(m).__name__ in (f"{fam.prefix}RMSNorm", f"{fam.prefix}MLP")
+    ]
     assert not left, left
     assert any(type(m).__name__.startswith("Tigon") for m in model.modules())
 
@@ -181,7 +219,9 @@ LOSS_CASES = {
     "shift_labels": lambda ids, labels: dict(labels=labels, shift_labels=labels.roll(-1, 1)),
     "logits_to_keep": lambda ids, labels: dict(labels=labels[:, -10:], logits_to_keep=10),
     "ignore_index": lambda ids, labels: dict(labels=labels.masked_fill(labels == -100, 7), ignore_index=7),
-    "attention_mask": lambda ids, labels: dict(labels=labels, attention_mask=torch.ones_like(ids).index_fill(1, torch.tensor([0, 1]), 0)),
+    "attention_mask": lambda ids, labels: dict(
+        labels=labels, attention_mask=torch.ones_like(ids).index_fill(1, torch.tensor([0, 1]), 0)
+    ),
 }
 
 
@@ -290,6 +330,7 @@ def test_moe_experts_implementations(impl, spies):
 
 # ---- patch(), AutoTigonForCausalLM, revert, fallbacks -----------------------------------------------------------------
 
+
 def test_patch_reads_model_type_and_leaves_the_module_alone(spies):
     ref = build("qwen3")
     model = copy.deepcopy(ref)
@@ -343,8 +384,12 @@ def test_patch_looks_through_wrappers():
 
 def test_peft_lora_model():
     peft = pytest.importorskip("peft")
-    ref = peft.get_peft_model(build("llama"), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "gate_proj"],
-                                                             lora_dropout=0.0, init_lora_weights=False))
+    ref = peft.get_peft_model(
+        build("llama"),
+        peft.LoraConfig(
+            r=4, target_modules=["q_proj", "v_proj", "gate_proj"], lora_dropout=0.0, init_lora_weights=False
+        ),
+    )
     model = copy.deepcopy(ref)
     assert tt.patch(model) is model
     assert_tigon_modules("llama", model.get_base_model())
@@ -371,14 +416,18 @@ def test_auto_tigon_for_causal_lm(tmp_path, spies):
 def test_revert_restores_the_modeling_module(class_level):
     modeling = __import__(FAMILIES["qwen3_moe"].module, fromlist=["_"])
     names = ("Qwen3MoeRMSNorm", "Qwen3MoeMLP", "apply_rotary_pos_emb")
-    before = [getattr(modeling, n) for n in names] + [modeling.Qwen3MoeForCausalLM.forward,
-                                                      modeling.Qwen3MoeExperts._apply_gate]
+    before = [getattr(modeling, n) for n in names] + [
+        modeling.Qwen3MoeForCausalLM.forward,
+        modeling.Qwen3MoeExperts._apply_gate,
+    ]
     tt.apply_tigon_to_qwen3_moe()
     tt.apply_tigon_to_qwen3_moe(rope=False)  # a second call states the whole patch again
     assert modeling.apply_rotary_pos_emb is before[2] and modeling.Qwen3MoeMLP is not before[1]
     tt.revert("qwen3_moe")
-    after = [getattr(modeling, n) for n in names] + [modeling.Qwen3MoeForCausalLM.forward,
-                                                     modeling.Qwen3MoeExperts._apply_gate]
+    after = [getattr(modeling, n) for n in names] + [
+        modeling.Qwen3MoeForCausalLM.forward,
+        modeling.Qwen3MoeExperts._apply_gate,
+    ]
     assert all(a is b for a, b in zip(after, before))
 
 
@@ -415,7 +464,7 @@ def train(model, toks, steps=STEPS, device="cpu"):
     losses = []
     for step in range(steps):
         start = (step * 37) % (len(toks) - BATCH * SEQ)
-        ids = toks[start:start + BATCH * SEQ].view(BATCH, SEQ).to(device)
+        ids = toks[start : start + BATCH * SEQ].view(BATCH, SEQ).to(device)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
@@ -474,8 +523,10 @@ def test_torch_compile_fullgraph(name, spies):
     except Exception:  # Tigon's failure only if transformers' own model compiles (older torch may trace neither)
         torch._dynamo.reset()
         if _compile_fails(ref, ids, labels):
-            pytest.skip(f"transformers {transformers.__version__}'s own {name} model does not compile with torch "
-                        f"{torch.__version__}")
+            pytest.skip(
+                f"transformers {transformers.__version__}'s own {name} model does not compile with torch "
+                f"{torch.__version__}"
+            )
         raise
     assert spies["loss"] >= 2  # the compiled forward took the fused loss too
     compare(out.loss, eager_out.loss, "loss")
@@ -486,14 +537,20 @@ def test_torch_compile_fullgraph(name, spies):
 
 # ---- bf16 (CPU and GPU), held to the unpatched model's own distance from fp32; fp32 on the GPU -----------------------
 
+
 def _rel_err(got, ref) -> float:
     return ((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
 
 
-@pytest.mark.parametrize("device,dtype", [("cpu", torch.bfloat16),
-                                          pytest.param("cuda", torch.float32, marks=needs_cuda),
-                                          pytest.param("cuda", torch.bfloat16, marks=needs_cuda)],
-                         ids=["cpu-bf16", "cuda-fp32", "cuda-bf16"])
+@pytest.mark.parametrize(
+    "device,dtype",
+    [
+        ("cpu", torch.bfloat16),
+        pytest.param("cuda", torch.float32, marks=needs_cuda),
+        pytest.param("cuda", torch.bfloat16, marks=needs_cuda),
+    ],
+    ids=["cpu-bf16", "cuda-fp32", "cuda-bf16"],
+)
 @pytest.mark.parametrize("name", NAMES)
 def test_matches_transformers_in_dtype(name, device, dtype, spies):
     ref32 = build(name, device=device)

@@ -53,8 +53,12 @@ def test_class_level_patch_returns_the_names_it_rebound(caplog):
         with caplog.at_level(logging.INFO, logger="tigon.transformers"):
             names = tt.apply_tigon_to_llama()
         module = "transformers.models.llama.modeling_llama"
-        assert set(names) == {f"{module}.LlamaRMSNorm", f"{module}.LlamaMLP", f"{module}.apply_rotary_pos_emb",
-                              f"{module}.LlamaForCausalLM.forward"}
+        assert set(names) == {
+            f"{module}.LlamaRMSNorm",
+            f"{module}.LlamaMLP",
+            f"{module}.apply_rotary_pos_emb",
+            f"{module}.LlamaForCausalLM.forward",
+        }
         assert "LlamaRMSNorm" in caplog.text
     finally:
         tt.revert()
@@ -82,6 +86,7 @@ def test_check_targets_reaches_the_patched_loss(loss):
 
 # ---- the Trainer switch -------------------------------------------------------------------------------------------
 
+
 class _Rows(torch.utils.data.Dataset):
     def __init__(self, config, n=8):
         self.rows = []
@@ -100,9 +105,19 @@ class _Rows(torch.utils.data.Dataset):
 def _train(tmp_path, callbacks):
     model = build("llama")
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=3,
-        learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True)
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=3,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     trainer = transformers.Trainer(model=model, args=args, train_dataset=_Rows(model.config), callbacks=callbacks)
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -119,8 +134,9 @@ def test_trainer_callback_matches_the_unpatched_trainer(tmp_path):
     # AdamW divides by sqrt(v): where a gradient is near zero, fp32 differences in it move the step by a fraction of
     # the learning rate (1e-3), so parameters are held to a tenth of it rather than to fp32 rounding
     for (name, p), p_ref in zip(model.named_parameters(), ref_model.parameters()):
-        torch.testing.assert_close(p.detach().double(), p_ref.detach().double(), atol=1e-4, rtol=1e-4,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            p.detach().double(), p_ref.detach().double(), atol=1e-4, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 def test_trainer_callback_refuses_an_unknown_option():

@@ -15,8 +15,9 @@ TOL = {
 }
 
 
-def assert_close(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype | None = None, name: str = "",
-                 scale: float | None = None) -> None:
+def assert_close(
+    got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype | None = None, name: str = "", scale: float | None = None
+) -> None:
     """got (any dtype) against a float64 reference, with the tolerance of `dtype` (default got's dtype). atol is scaled
     by the reference's largest magnitude, so sums over many rows (weight gradients) are held to the same relative
     standard as unit-sized outputs. Where the result is a difference of larger terms, pass those terms' magnitude as
@@ -26,5 +27,6 @@ def assert_close(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype | None
     assert not torch.isnan(got).any(), f"{name}: NaN in output (an element left unwritten?)"
     if scale is None:
         scale = max(1.0, ref.abs().max().item()) if ref.numel() else 1.0
-    torch.testing.assert_close(got.double(), ref.double(), atol=tol["atol"] * scale, rtol=tol["rtol"],
-                               msg=lambda m: f"{name}: {m}")
+    torch.testing.assert_close(
+        got.double(), ref.double(), atol=tol["atol"] * scale, rtol=tol["rtol"], msg=lambda m: f"{name}: {m}"
+    )

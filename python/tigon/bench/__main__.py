@@ -32,9 +32,13 @@ def _names(text: str) -> list[str]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tigon.bench", description=__doc__)
-    p.add_argument("--ops", type=_names, default=list(DEFAULT_OPS),
-                   help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also: train_step, whole-model "
-                        f"training steps on a GPU, slow; train_step_fsdp2, train_step_ddp on 2+ GPUs)")
+    p.add_argument(
+        "--ops",
+        type=_names,
+        default=list(DEFAULT_OPS),
+        help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also: train_step, whole-model "
+        f"training steps on a GPU, slow; train_step_fsdp2, train_step_ddp on 2+ GPUs)",
+    )
     p.add_argument("--impls", type=_names, default=None, help="only these implementations, e.g. tigon,torch_eager")
     p.add_argument("--shapes", type=_shapes, default=None, help="override each op's shapes, e.g. 16384x4096,4096x4096")
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
@@ -43,8 +47,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None, help="timed iterations per measurement (median is reported)")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path("bench/out"), help="results.jsonl and charts (default bench/out)")
-    p.add_argument("--record", type=Path, default=None,
-                   help="also append every row to this results file, e.g. bench/results/h200.jsonl")
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        help="also append every row to this results file, e.g. bench/results/h200.jsonl",
+    )
     p.add_argument("--no-chart", action="store_true")
     p.add_argument("--cpu-compile", action="store_true", help="also run torch.compile on the CPU (slow to compile)")
     args = p.parse_args(argv)
@@ -61,8 +69,10 @@ def main(argv=None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: torch sees no CUDA device")
     if device.type == "cpu":
-        progress(("no CUDA device" if args.device is None else "--device cpu")
-                 + f": CPU reference path on small shapes. {tigon.CPU_PATH_NOTE}")
+        progress(
+            ("no CUDA device" if args.device is None else "--device cpu")
+            + f": CPU reference path on small shapes. {tigon.CPU_PATH_NOTE}"
+        )
         warnings.filterwarnings("ignore", category=tigon.TigonCPUWarning)  # said once above and in the table
     # GPU: many reps because single kernels are tens of microseconds; CPU: the reference path only needs to work.
     gpu = device.type == "cuda"
@@ -70,8 +80,10 @@ def main(argv=None) -> int:
     reps, warmup = args.reps or reps, args.warmup if args.warmup is not None else warmup
 
     env = environment(device)
-    progress(f"{env['gpu']} | torch {env['torch']} | triton {env['triton']} | liger {env['liger']} | "
-             f"tigon {env['tigon']} | git {env['git_sha']}")
+    progress(
+        f"{env['gpu']} | torch {env['torch']} | triton {env['triton']} | liger {env['liger']} | "
+        f"tigon {env['tigon']} | git {env['git_sha']}"
+    )
     copy_gbps = measure_copy_bandwidth(device)
     progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
     ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)

@@ -27,8 +27,10 @@ def hf_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 # ---- implementations: (fn(logits, target) -> loss, writes_over_logits) or Skip -------------------------------------
 
+
 def _tigon(ctx, args):
     from tigon.ops.cross_entropy import cross_entropy
+
     return (lambda x, t: cross_entropy(x, t, in_place=True)), True
 
 
@@ -104,6 +106,15 @@ def run(args, ctx) -> list[dict]:
         ref_loss = ref_loss.item()
         checks = run_checks(fns, lambda f: _check(f[0], f[1], x, t, ref_loss, ref_grad))
         del xr, ref_grad
-        results += time_checked(OP, f"{OP} {M}x{V}", shape, fns, checks, lambda f: _time_impl(f[0], f[1], x, t, ctx, names[id(f)]), nbytes, ctx)
+        results += time_checked(
+            OP,
+            f"{OP} {M}x{V}",
+            shape,
+            fns,
+            checks,
+            lambda f: _time_impl(f[0], f[1], x, t, ctx, names[id(f)]),
+            nbytes,
+            ctx,
+        )
         del x, t
     return results

@@ -17,8 +17,13 @@ from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, tim
 from tigon.bench.report import progress
 
 OP = "fused_linear_cross_entropy"
-GPU_SHAPES = [(4096, 4096, 128256), (16384, 4096, 128256),  # the two target shapes (Llama 3 vocabulary)
-              (8192, 4096, 151936), (8192, 4096, 256000), (8192, 8192, 128256)]  # Qwen, Gemma vocabularies; H 8192
+GPU_SHAPES = [
+    (4096, 4096, 128256),
+    (16384, 4096, 128256),  # the two target shapes (Llama 3 vocabulary)
+    (8192, 4096, 151936),
+    (8192, 4096, 256000),
+    (8192, 8192, 128256),
+]  # Qwen, Gemma vocabularies; H 8192
 QUICK_SHAPES = [(4096, 4096, 128256), (2048, 4096, 32000)]
 CPU_SHAPES = [(64, 256, 1000)]
 
@@ -30,8 +35,10 @@ def hf_loss(x: torch.Tensor, w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 # ---- implementations: fn(x, w, t) -> loss, or Skip ------------------------------------------------------------------
 
+
 def _tigon(ctx, args):
     from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
+
     return lambda x, w, t: fused_linear_cross_entropy(x, w, t)
 
 
@@ -91,8 +98,10 @@ def run(args, ctx) -> list[dict]:
                 ms = times.get(f"{key}_ms")
                 times[f"tflops_{key}"] = flop / (ms * 1e-3) / 1e12 if ms else None
             if gpu:
-                progress(f"{OP} {N}x{H}x{V}: {times['tflops_full']:.0f} TFLOP/s forward + backward, peak "
-                         f"{times['peak_mib'] / 1024:.2f} GiB")
+                progress(
+                    f"{OP} {N}x{H}x{V}: {times['tflops_full']:.0f} TFLOP/s forward + backward, peak "
+                    f"{times['peak_mib'] / 1024:.2f} GiB"
+                )
             return times
 
         results += time_checked(OP, f"{OP} {N}x{H}x{V}", shape, fns, checks, time_one, nbytes, ctx)

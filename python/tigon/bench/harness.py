@@ -69,39 +69,50 @@ def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> d
     def full():
         return torch.autograd.grad(fn(*args), leaves, grads)
 
-    out = {"fwd_ms": fwd_ms,
-           "bwd_ms": time_ms(lambda y: torch.autograd.grad(y, leaves, grads), device, reps, warmup,
-                             setup=lambda: fn(*args)),
-           "full_ms": time_ms(full, device, reps, warmup),
-           "peak_mib": peak_extra_mib(full, device)}
+    out = {
+        "fwd_ms": fwd_ms,
+        "bwd_ms": time_ms(
+            lambda y: torch.autograd.grad(y, leaves, grads), device, reps, warmup, setup=lambda: fn(*args)
+        ),
+        "full_ms": time_ms(full, device, reps, warmup),
+        "peak_mib": peak_extra_mib(full, device),
+    }
     try:  # the same calls replayed from a CUDA graph: device time alone
         with torch.no_grad():
             out["fwd_graph_ms"] = graph_time_ms(lambda: fn(*inputs), device, reps, warmup)
         out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
-        out.update(stream_fwd_full(fn, inputs, grad_of, grads, out["fwd_ms"], out["full_ms"], ctx,
-                                   getattr(fn, "overwrites_inputs", False)))
+        out.update(
+            stream_fwd_full(
+                fn, inputs, grad_of, grads, out["fwd_ms"], out["full_ms"], ctx, getattr(fn, "overwrites_inputs", False)
+            )
+        )
     except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
         ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
     return out
 
 
-def stream_fwd_full(fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, full_est: float, ctx,
-                    overwrites: bool = False) -> dict:
+def stream_fwd_full(
+    fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, full_est: float, ctx, overwrites: bool = False
+) -> dict:
     """Steady-state device time of the forward and of forward + backward (stream_time_ms), on rotated input copies
     (the inputs that get gradients are leaves of their own in each copy). overwrites: forward + backward writes over
     its inputs, so each of its calls gets a fresh copy (stream_time_ms's fresh)."""
     if ctx.device.type != "cuda":
         return {}
-    sets = rotated_copies(tuple(input_copy(t, i in grad_of) if isinstance(t, torch.Tensor) else t
-                                for i, t in enumerate(inputs)), ctx.device)
+    sets = rotated_copies(
+        tuple(input_copy(t, i in grad_of) if isinstance(t, torch.Tensor) else t for i, t in enumerate(inputs)),
+        ctx.device,
+    )
 
     def full(*args):
         return torch.autograd.grad(fn(*args), tuple(args[i] for i in grad_of), grads)
 
     with torch.no_grad():
         fwd = stream_time_ms(fn, sets, ctx.device, fwd_est, ctx.stream_reps)
-    out = {"fwd_dev_ms": fwd,
-           "full_dev_ms": stream_time_ms(full, sets, ctx.device, full_est, ctx.stream_reps, fresh=overwrites)}
+    out = {
+        "fwd_dev_ms": fwd,
+        "full_dev_ms": stream_time_ms(full, sets, ctx.device, full_est, ctx.stream_reps, fresh=overwrites),
+    }
     del sets
     return out
 
@@ -139,5 +150,5 @@ def time_checked(op: str, label: str, shape, fns: dict, checks: dict, time, nbyt
         results.append(res)
         synchronize(ctx.device)
         if ctx.device.type == "cuda":  # hand back what this implementation's graphs and copies held: the next one
-            torch.cuda.empty_cache()    # starts from the same clean allocator (timings drifted run to run without)
+            torch.cuda.empty_cache()  # starts from the same clean allocator (timings drifted run to run without)
     return results

@@ -27,8 +27,10 @@ def torch_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch
 
 # ---- implementations: each factory returns fn(x, w, b) -> y or raises Skip(reason) ---------------------------------
 
+
 def _tigon(ctx, args):
     from tigon.ops.layer_norm import layer_norm
+
     return lambda x, w, b: layer_norm(x, w, b, EPS)
 
 
@@ -51,6 +53,7 @@ IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_c
 
 
 # ---- measurement ------------------------------------------------------------------------------------------------------
+
 
 def _forward_backward(fn, x, w, b, dy):
     xg, wg, bg = (t.detach().clone().requires_grad_() for t in (x, w, b))
@@ -88,6 +91,8 @@ def run(args, ctx) -> list[dict]:
         ref = _forward_backward(torch_layer_norm, x.float(), w.float(), b.float(), dy.float())
         checks = run_checks(fns, lambda fn: _max_errors(fn, x, w, b, dy, ref))
         del ref
-        results += time_checked(OP, f"{OP} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, x, w, b, dy, ctx), nbytes, ctx)
+        results += time_checked(
+            OP, f"{OP} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, x, w, b, dy, ctx), nbytes, ctx
+        )
         del x, w, b, dy
     return results

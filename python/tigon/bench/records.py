@@ -92,8 +92,10 @@ def ops_markdown(rows: list[dict], brief: bool = False) -> str:
     if not run:
         return "(no op rows in the results file)"
     by = {(r["op"], tuple(r["shape"]), r["impl"]): r for r in run}
-    out = ["| op | shape | tigon fwd / full ms | vs torch eager | vs torch.compile | vs Liger | tigon peak MiB |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| op | shape | tigon fwd / full ms | vs torch eager | vs torch.compile | vs Liger | tigon peak MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (op, shape, impl), t in by.items():
         if impl != "tigon":
             continue
@@ -102,11 +104,21 @@ def ops_markdown(rows: list[dict], brief: bool = False) -> str:
         cells += [_ratio(by.get((op, shape, b)), t) for b in IMPLS[1:]]
         cells.append(f"{t['peak_mib']:.0f}" if t.get("peak_mib") is not None else "-")
         out.append("| " + " | ".join(cells) + " |")
-    timed = ("steady-state device ms (CUDA graph of back-to-back calls on fresh inputs)"
-             if any(r.get("full_dev_ms") is not None for r in run) else "eager ms per call (no GPU: no device time)")
-    out += ["", textwrap.fill(f"{_caption(run[0], 'Measured')} Times are {timed}; full = forward + backward. vs X = "
-                              "X's full time / tigon's (above 1: tigon is faster). \\* not graph-capturable: eager "
-                              "calls compared.", width=118, break_on_hyphens=False)]
+    timed = (
+        "steady-state device ms (CUDA graph of back-to-back calls on fresh inputs)"
+        if any(r.get("full_dev_ms") is not None for r in run)
+        else "eager ms per call (no GPU: no device time)"
+    )
+    out += [
+        "",
+        textwrap.fill(
+            f"{_caption(run[0], 'Measured')} Times are {timed}; full = forward + backward. vs X = "
+            "X's full time / tigon's (above 1: tigon is faster). \\* not graph-capturable: eager "
+            "calls compared.",
+            width=118,
+            break_on_hyphens=False,
+        ),
+    ]
     return "\n".join(out)
 
 
@@ -118,8 +130,10 @@ def train_step_markdown(rows: list[dict]) -> str:
     for r in run:
         base = next((b for b in run if (b["op"], b["model"], b["impl"]) == (r["op"], r["model"], "hf")), None)
         speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}×" if base else "-"
-        out.append(f"| {r['op']} | {r['model']} | {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
-                   f"{r['peak_gib']:.2f} | {speed} |")
+        out.append(
+            f"| {r['op']} | {r['model']} | {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
+            f"{r['peak_gib']:.2f} | {speed} |"
+        )
     out.append("")
     by_run: dict[tuple, list[dict]] = {}
     for r in run:

@@ -16,7 +16,17 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Skip", "Context", "progress", "environment", "make_result", "print_table", "write_jsonl", "draw_charts", "grouped_notes"]
+__all__ = [
+    "Skip",
+    "Context",
+    "progress",
+    "environment",
+    "make_result",
+    "print_table",
+    "write_jsonl",
+    "draw_charts",
+    "grouped_notes",
+]
 
 
 class Skip(Exception):
@@ -31,6 +41,7 @@ def progress(msg: str) -> None:
 @dataclass
 class Context:
     """What every op benchmark shares within one run."""
+
     device: torch.device
     dtype: torch.dtype
     reps: int
@@ -61,8 +72,9 @@ def _git_sha() -> str:
         return os.environ["TIGON_GIT_SHA"]
     try:
         here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
+        )
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip()
     except Exception:
@@ -72,6 +84,7 @@ def _git_sha() -> str:
 
 def environment(device: torch.device) -> dict:
     import tigon
+
     return {
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -87,6 +100,7 @@ def environment(device: torch.device) -> dict:
 def _dist_version(name: str) -> str | None:
     try:  # the installed distribution's version, without importing it (transformers takes seconds to import)
         import importlib.metadata
+
         return importlib.metadata.version(name)
     except Exception:
         return None
@@ -96,14 +110,27 @@ def _liger_dist_version() -> str | None:
     try:  # liger_kernel has no __version__ in some releases; the installed distribution knows it
         import importlib.metadata
         import liger_kernel  # noqa: F401  (only report a version when it actually imports)
+
         return importlib.metadata.version("liger-kernel")
     except Exception:
         return None
 
 
-def make_result(ctx: Context, op: str, impl: str, shape, nbytes: dict, fwd_ms=None, bwd_ms=None, full_ms=None,
-                peak_mib=None, error=None, **extra) -> dict:
+def make_result(
+    ctx: Context,
+    op: str,
+    impl: str,
+    shape,
+    nbytes: dict,
+    fwd_ms=None,
+    bwd_ms=None,
+    full_ms=None,
+    peak_mib=None,
+    error=None,
+    **extra,
+) -> dict:
     """One record. nbytes = the op's byte model {"fwd", "bwd", "full"}: bytes that must move through memory."""
+
     def gbps(phase, ms):
         return None if ms is None else nbytes[phase] / (ms * 1e-3) / 1e9
 
@@ -117,24 +144,54 @@ def make_result(ctx: Context, op: str, impl: str, shape, nbytes: dict, fwd_ms=No
             extra[f"{key}_{kind}_gbps"] = gbps(key, ms)
             extra[f"pct_copy_{key}_{kind}"] = pct(gbps(key, ms))
     return {
-        "op": op, "impl": impl, "shape": [int(s) for s in shape], "dtype": str(ctx.dtype).replace("torch.", ""),
-        "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak_mib,
-        "fwd_gbps": fwd_gbps, "bwd_gbps": bwd_gbps, "full_gbps": full_gbps, "copy_gbps": ctx.copy_gbps,
-        "pct_copy_fwd": pct(fwd_gbps), "pct_copy_full": pct(full_gbps),
-        "reps": ctx.reps, "warmup": ctx.warmup, **extra, "error": error, **ctx.env,
+        "op": op,
+        "impl": impl,
+        "shape": [int(s) for s in shape],
+        "dtype": str(ctx.dtype).replace("torch.", ""),
+        "fwd_ms": fwd_ms,
+        "bwd_ms": bwd_ms,
+        "full_ms": full_ms,
+        "peak_mib": peak_mib,
+        "fwd_gbps": fwd_gbps,
+        "bwd_gbps": bwd_gbps,
+        "full_gbps": full_gbps,
+        "copy_gbps": ctx.copy_gbps,
+        "pct_copy_fwd": pct(fwd_gbps),
+        "pct_copy_full": pct(full_gbps),
+        "reps": ctx.reps,
+        "warmup": ctx.warmup,
+        **extra,
+        "error": error,
+        **ctx.env,
     }
 
 
 # ---- table ------------------------------------------------------------------------------------------------------------
 
 # (header, CUDA only): graph/dev timings and peak memory need CUDA graphs and the CUDA allocator.
-_COLS = [("op", False), ("shape", False), ("impl", False), ("fwd ms", False), ("bwd ms", False), ("full ms", False),
-         ("fwd GB/s", False), ("full GB/s", False), ("%copy f/F", False), ("graph f/F ms", True), ("dev f/F ms", True),
-         ("d.%copy", True), ("peak MiB", True), ("x eager", False), ("max err y/dx/dw", False)]
-_GPU_NOTE = ("graph = one call replayed from a CUDA graph after an L2 flush (launch overhead out, event overhead in); "
-             "dev = steady-state device time per call: a CUDA graph of many back-to-back calls on input copies rotated "
-             "past L2, a fresh copy per call for ops that write over their inputs (what a GPU-bound training step "
-             "sees; d.%copy is its share of the copy bandwidth); ")
+_COLS = [
+    ("op", False),
+    ("shape", False),
+    ("impl", False),
+    ("fwd ms", False),
+    ("bwd ms", False),
+    ("full ms", False),
+    ("fwd GB/s", False),
+    ("full GB/s", False),
+    ("%copy f/F", False),
+    ("graph f/F ms", True),
+    ("dev f/F ms", True),
+    ("d.%copy", True),
+    ("peak MiB", True),
+    ("x eager", False),
+    ("max err y/dx/dw", False),
+]
+_GPU_NOTE = (
+    "graph = one call replayed from a CUDA graph after an L2 flush (launch overhead out, event overhead in); "
+    "dev = steady-state device time per call: a CUDA graph of many back-to-back calls on input copies rotated "
+    "past L2, a fresh copy per call for ops that write over their inputs (what a GPU-bound training step "
+    "sees; d.%copy is its share of the copy bandwidth); "
+)
 
 
 def _f(v, fmt: str) -> str:
@@ -147,14 +204,21 @@ def _row(r: dict, eager_full: float | None) -> dict:
         return {**head, "error": f"FAILED: {r['error']}"[:120]}
     speedup = eager_full / r["full_ms"] if eager_full and r["full_ms"] else None
     errs = "/".join(_f(r.get(k), ".1e") for k in ("err_y", "err_dx", "err_dw"))
-    return {**head, "fwd ms": _f(r["fwd_ms"], ".4f"), "bwd ms": _f(r["bwd_ms"], ".4f"),
-            "full ms": _f(r["full_ms"], ".4f"), "fwd GB/s": _f(r["fwd_gbps"], ".1f"),
-            "full GB/s": _f(r["full_gbps"], ".1f"),
-            "%copy f/F": f"{_f(r['pct_copy_fwd'], '.0f')}/{_f(r['pct_copy_full'], '.0f')}",
-            "graph f/F ms": f"{_f(r.get('fwd_graph_ms'), '.4f')}/{_f(r.get('full_graph_ms'), '.4f')}",
-            "dev f/F ms": f"{_f(r.get('fwd_dev_ms'), '.4f')}/{_f(r.get('full_dev_ms'), '.4f')}",
-            "d.%copy": f"{_f(r.get('pct_copy_fwd_dev'), '.0f')}/{_f(r.get('pct_copy_full_dev'), '.0f')}",
-            "peak MiB": _f(r["peak_mib"], ".1f"), "x eager": _f(speedup, ".2f"), "max err y/dx/dw": errs}
+    return {
+        **head,
+        "fwd ms": _f(r["fwd_ms"], ".4f"),
+        "bwd ms": _f(r["bwd_ms"], ".4f"),
+        "full ms": _f(r["full_ms"], ".4f"),
+        "fwd GB/s": _f(r["fwd_gbps"], ".1f"),
+        "full GB/s": _f(r["full_gbps"], ".1f"),
+        "%copy f/F": f"{_f(r['pct_copy_fwd'], '.0f')}/{_f(r['pct_copy_full'], '.0f')}",
+        "graph f/F ms": f"{_f(r.get('fwd_graph_ms'), '.4f')}/{_f(r.get('full_graph_ms'), '.4f')}",
+        "dev f/F ms": f"{_f(r.get('fwd_dev_ms'), '.4f')}/{_f(r.get('full_dev_ms'), '.4f')}",
+        "d.%copy": f"{_f(r.get('pct_copy_fwd_dev'), '.0f')}/{_f(r.get('pct_copy_full_dev'), '.0f')}",
+        "peak MiB": _f(r["peak_mib"], ".1f"),
+        "x eager": _f(speedup, ".2f"),
+        "max err y/dx/dw": errs,
+    }
 
 
 def grouped_notes(notes: list[str]) -> list[str]:
@@ -174,15 +238,24 @@ def grouped_notes(notes: list[str]) -> list[str]:
 def print_table(results: list[dict], ctx: Context) -> None:
     env, gpu = ctx.env, ctx.device.type == "cuda"
     from tigon import CPU_PATH_NOTE
-    print(f"\n{env['gpu']} | {str(ctx.dtype).replace('torch.', '')} | copy bandwidth {ctx.copy_gbps:.1f} GB/s "
-          f"(read+write) | torch {env['torch']} | tigon {env['tigon']} | git {env['git_sha']} | "
-          f"median of {ctx.reps} reps")
+
+    print(
+        f"\n{env['gpu']} | {str(ctx.dtype).replace('torch.', '')} | copy bandwidth {ctx.copy_gbps:.1f} GB/s "
+        f"(read+write) | torch {env['torch']} | tigon {env['tigon']} | git {env['git_sha']} | "
+        f"median of {ctx.reps} reps"
+    )
     if not gpu:
         print(f"CPU: {CPU_PATH_NOTE}; these numbers say that it runs, not how fast Tigon is")
-    print("full = forward + backward; " + ("eager calls timed with CUDA events (Python and launch overhead included); "
-                                           + _GPU_NOTE if gpu else "timed with perf_counter; ")
-          + "GB/s from each op's byte model (the bytes that must move, in python/tigon/bench/<op>.py); "
-          "x eager = torch_eager full ms / full ms; max err of the output and gradients vs torch_eager in float32")
+    print(
+        "full = forward + backward; "
+        + (
+            "eager calls timed with CUDA events (Python and launch overhead included); " + _GPU_NOTE
+            if gpu
+            else "timed with perf_counter; "
+        )
+        + "GB/s from each op's byte model (the bytes that must move, in python/tigon/bench/<op>.py); "
+        "x eager = torch_eager full ms / full ms; max err of the output and gradients vs torch_eager in float32"
+    )
     names = [n for n, cuda_only in _COLS if gpu or not cuda_only]
     rows, prev = [], None
     for r in results:
@@ -190,8 +263,14 @@ def print_table(results: list[dict], ctx: Context) -> None:
         if prev is not None and key != prev:
             rows.append(None)  # blank line between shapes keeps the impls of one shape together
         prev = key
-        eager = next((e["full_ms"] for e in results if (e["op"], tuple(e["shape"])) == key
-                      and e["impl"] == "torch_eager" and not e.get("error")), None)
+        eager = next(
+            (
+                e["full_ms"]
+                for e in results
+                if (e["op"], tuple(e["shape"])) == key and e["impl"] == "torch_eager" and not e.get("error")
+            ),
+            None,
+        )
         rows.append(_row(r, eager))
     widths = [max([len(n)] + [len(r[n]) for r in rows if r and n in r]) for n in names]
 
@@ -214,6 +293,7 @@ def print_table(results: list[dict], ctx: Context) -> None:
 
 # ---- files ------------------------------------------------------------------------------------------------------------
 
+
 def write_jsonl(results: list[dict], path: Path) -> None:
     with open(path, "w") as f:  # one file per run; collect runs by concatenating files
         for r in results:
@@ -224,6 +304,7 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
     """One PNG per op: grouped bars (one group per shape, one bar per impl) of fwd ms, full ms and full % of copy."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")  # no display needed
         import matplotlib.pyplot as plt
     except ImportError:
@@ -236,9 +317,12 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
             continue
         shapes = list(dict.fromkeys("x".join(map(str, r["shape"])) for r in rows))
         impls = list(dict.fromkeys(r["impl"] for r in rows))
-        panels = [("fwd_ms", "forward (ms, lower is better)"), ("full_ms", "forward + backward (ms, lower is better)"),
-                  ("full_graph_ms", "forward + backward, CUDA graph replay (ms)"),
-                  ("pct_copy_full", "forward + backward: % of copy bandwidth")]
+        panels = [
+            ("fwd_ms", "forward (ms, lower is better)"),
+            ("full_ms", "forward + backward (ms, lower is better)"),
+            ("full_graph_ms", "forward + backward, CUDA graph replay (ms)"),
+            ("pct_copy_full", "forward + backward: % of copy bandwidth"),
+        ]
         # CUDA-only panels (graph replay) only where some row has them: a CPU run would draw an empty panel.
         panels = [p for p in panels if any(r.get(p[0]) is not None for r in rows)]
         fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
@@ -246,8 +330,11 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
         width = 0.8 / len(impls)
         for ax, (key, title) in zip(axes, panels):
             for i, impl in enumerate(impls):
-                vals = [next((r.get(key) for r in rows if r["impl"] == impl and "x".join(map(str, r["shape"])) == s), 0)
-                        or 0 for s in shapes]
+                vals = [
+                    next((r.get(key) for r in rows if r["impl"] == impl and "x".join(map(str, r["shape"])) == s), 0)
+                    or 0
+                    for s in shapes
+                ]
                 pos = [j + (i - (len(impls) - 1) / 2) * width for j in range(len(shapes))]
                 bars = ax.bar(pos, vals, width, label=impl)
                 ax.bar_label(bars, fmt="%.3g", fontsize=7)
@@ -266,11 +353,13 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
 
 # ---- the results file -------------------------------------------------------------------------------------------------
 
+
 def main(argv=None) -> int:
     """python -m tigon.bench.report --markdown [--brief | --train-step] [--file bench/results/h200.jsonl]"""
     import argparse
 
     from tigon.bench import records
+
     p = argparse.ArgumentParser(prog="python -m tigon.bench.report", description=records.__doc__)
     p.add_argument("--markdown", action="store_true", help="print the newest run's table as markdown (the README's)")
     p.add_argument("--train-step", action="store_true", help="the whole-model train step table instead of the ops'")

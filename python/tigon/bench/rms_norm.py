@@ -30,8 +30,10 @@ def hf_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.Ten
 
 # ---- implementations: each factory returns fn(x, w) -> y or raises Skip(reason) ------------------------------------
 
+
 def _tigon(ctx, args):
     import tigon
+
     return lambda x, w: tigon.ops.rms_norm(x, w, EPS, casting_mode="llama")
 
 
@@ -59,6 +61,7 @@ IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_c
 
 
 # ---- measurement ------------------------------------------------------------------------------------------------------
+
 
 def _forward_backward(fn, x, w, dy):
     xg, wg = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
@@ -97,6 +100,8 @@ def run(args, ctx) -> list[dict]:
         ref = _forward_backward(hf_rms_norm, x.float(), w.float(), dy.float())
         checks = run_checks(fns, lambda fn: _max_errors(fn, x, w, dy, ref))
         del ref
-        results += time_checked(OP, f"{OP} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, x, w, dy, ctx), nbytes, ctx)
+        results += time_checked(
+            OP, f"{OP} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, x, w, dy, ctx), nbytes, ctx
+        )
         del x, w, dy
     return results

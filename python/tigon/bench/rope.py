@@ -19,7 +19,7 @@ CPU_SHAPES = [(1, 4, 2, 128, 64)]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -31,8 +31,10 @@ def hf_apply_rotary_pos_emb(q, k, cos, sin):
 
 # ---- implementations: each factory returns fn(q, k, cos, sin) -> (q_out, k_out) or raises Skip(reason) -------------
 
+
 def _tigon(ctx, args):
     from tigon.ops.rope import rope
+
     return lambda q, k, cos, sin: rope(q, k, cos, sin)
 
 
@@ -55,6 +57,7 @@ IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_c
 
 
 # ---- measurement ------------------------------------------------------------------------------------------------------
+
 
 def _forward_backward(fn, q, k, cos, sin, dq, dk):
     qg, kg = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
@@ -97,10 +100,20 @@ def run(args, ctx) -> list[dict]:
         if "torch_compile" in fns:
             torch._dynamo.reset()  # fresh specialisation per shape, never the recompile limit
 
-        ref = _forward_backward(hf_apply_rotary_pos_emb, q.float(), k.float(), cos.float(), sin.float(), dq.float(),
-                                dk.float())
+        ref = _forward_backward(
+            hf_apply_rotary_pos_emb, q.float(), k.float(), cos.float(), sin.float(), dq.float(), dk.float()
+        )
         checks = run_checks(fns, lambda fn: _max_errors(fn, (q, k, cos, sin, dq, dk), ref))
         del ref
-        results += time_checked(OP, f"{OP} {'x'.join(map(str, shape))}", shape, fns, checks, lambda fn: _time_impl(fn, q, k, cos, sin, dq, dk, ctx), nbytes, ctx)
+        results += time_checked(
+            OP,
+            f"{OP} {'x'.join(map(str, shape))}",
+            shape,
+            fns,
+            checks,
+            lambda fn: _time_impl(fn, q, k, cos, sin, dq, dk, ctx),
+            nbytes,
+            ctx,
+        )
         del q, k, dq, dk, cos, sin
     return results

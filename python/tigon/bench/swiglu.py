@@ -32,6 +32,7 @@ def hf_glu(variant: str):
 
 # ---- implementations: each factory returns fn(a, b) -> c or raises Skip(reason) ------------------------------------
 
+
 def _overwriting(fn):
     """Marks fn as writing its gradients over its inputs: the steady-state timing gives each call fresh inputs."""
     fn.overwrites_inputs = True
@@ -40,6 +41,7 @@ def _overwriting(fn):
 
 def _tigon(variant, ctx, args):
     from tigon.ops.swiglu import geglu, swiglu
+
     if variant == "swiglu":
         return _overwriting(lambda a, b: swiglu(a, b, in_place=True))
     return _overwriting(lambda a, b: geglu(a, b, approximate="tanh", in_place=True))
@@ -67,6 +69,7 @@ IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_c
 
 
 # ---- measurement ------------------------------------------------------------------------------------------------------
+
 
 def _forward_backward(fn, a, b, dc):
     ag, bg = input_copy(a, True), input_copy(b, True)
@@ -101,7 +104,16 @@ def _run_variant(variant, args, ctx) -> list[dict]:
         ref = _forward_backward(hf_glu(variant), a.float(), b.float(), dc.float())
         checks = run_checks(fns, lambda fn: _max_errors(fn, a, b, dc, ref))
         del ref
-        results += time_checked(variant, f"{variant} {M}x{N}", shape, fns, checks, lambda fn: _time_impl(fn, a, b, dc, ctx, variant), nbytes, ctx)
+        results += time_checked(
+            variant,
+            f"{variant} {M}x{N}",
+            shape,
+            fns,
+            checks,
+            lambda fn: _time_impl(fn, a, b, dc, ctx, variant),
+            nbytes,
+            ctx,
+        )
         del a, b, dc
     return results
 

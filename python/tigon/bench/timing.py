@@ -14,8 +14,15 @@ from typing import Callable
 
 import torch
 
-__all__ = ["time_ms", "graph_time_ms", "stream_time_ms", "rotated_copies", "measure_copy_bandwidth", "peak_extra_mib",
-           "synchronize"]
+__all__ = [
+    "time_ms",
+    "graph_time_ms",
+    "stream_time_ms",
+    "rotated_copies",
+    "measure_copy_bandwidth",
+    "peak_extra_mib",
+    "synchronize",
+]
 
 _FLUSH_BYTES = 256 << 20  # larger than any current L2 (H100/H200: 50 MiB, B200: 126 MiB)
 _flush_buffers: dict = {}
@@ -63,8 +70,14 @@ def _cpu_time_ms(fn, reps: int, warmup: int, setup) -> float:
     return statistics.median(samples)
 
 
-def time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: int = 10, flush: bool = True,
-            setup: Callable[[], object] | None = None) -> float:
+def time_ms(
+    fn: Callable,
+    device: torch.device,
+    reps: int = 100,
+    warmup: int = 10,
+    flush: bool = True,
+    setup: Callable[[], object] | None = None,
+) -> float:
     """Median milliseconds of one call of fn() (CUDA events on a GPU, perf_counter on the CPU).
 
     With setup, every iteration first runs arg = setup() outside the timed region and then times fn(arg): e.g. a
@@ -117,8 +130,15 @@ def rotated_copies(tensors: tuple, device: torch.device) -> list[tuple]:
     return [tensors] + [tuple(clone(t) for t in tensors) for _ in range(n - 1)]
 
 
-def stream_time_ms(fn: Callable, arg_sets: list[tuple], device: torch.device, est_ms: float, reps: int = 10,
-                   target_ms: float = 5.0, fresh: bool = False) -> float | None:
+def stream_time_ms(
+    fn: Callable,
+    arg_sets: list[tuple],
+    device: torch.device,
+    est_ms: float,
+    reps: int = 10,
+    target_ms: float = 5.0,
+    fresh: bool = False,
+) -> float | None:
     """Device milliseconds per call in steady state: one CUDA graph of back-to-back fn(*args) calls cycling through
     arg_sets (rotated_copies: every call reads its inputs from HBM), replayed reps times; median replay / calls. No
     flush and no launch gaps inside the graph, so this is the throughput of a GPU-bound training step, the number a

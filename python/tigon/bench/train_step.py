@@ -28,21 +28,57 @@ BATCH, SEQ = 4, 2048
 # Llama-style (the shape the targets name), plus one Gemma-style (Gemma 3 1B's shape: GeGLU, (1 + w) norms in fp32, q/k norms,
 # 262k tied vocabulary) and one Qwen-style (Qwen3 1.7B's shape: q/k norms, 152k tied vocabulary).
 MODELS = {
-    "llama": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                                  num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
-                                  rope_parameters=dict(rope_type="default", rope_theta=500000.0))),
-    "gemma3_text": ("Gemma3TextConfig", dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
-                                             num_attention_heads=4, num_key_value_heads=1, head_dim=256,
-                                             vocab_size=262144, sliding_window=512, query_pre_attn_scalar=256)),
-    "qwen3": ("Qwen3Config", dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True)),
+    "llama": (
+        "LlamaConfig",
+        dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            tie_word_embeddings=False,
+            rope_parameters=dict(rope_type="default", rope_theta=500000.0),
+        ),
+    ),
+    "gemma3_text": (
+        "Gemma3TextConfig",
+        dict(
+            hidden_size=1152,
+            intermediate_size=6912,
+            num_hidden_layers=26,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            vocab_size=262144,
+            sliding_window=512,
+            query_pre_attn_scalar=256,
+        ),
+    ),
+    "qwen3": (
+        "Qwen3Config",
+        dict(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+        ),
+    ),
 }
-LIGER = {"llama": "apply_liger_kernel_to_llama", "gemma3_text": "apply_liger_kernel_to_gemma3_text",
-         "qwen3": "apply_liger_kernel_to_qwen3"}
+LIGER = {
+    "llama": "apply_liger_kernel_to_llama",
+    "gemma3_text": "apply_liger_kernel_to_gemma3_text",
+    "qwen3": "apply_liger_kernel_to_qwen3",
+}
 
 
 def _config(name: str):
     import transformers
+
     cls, kwargs = MODELS[name]
     return getattr(transformers, cls)(max_position_embeddings=SEQ, **kwargs)
 
@@ -56,12 +92,14 @@ def _enable_checkpointing(model) -> None:
 
 # ---- implementations: prepare(name) before the model is built, patch(model) after ---------------------------------
 
+
 def _hf(name):
     return lambda model: model
 
 
 def _tigon(name):
     import tigon.transformers
+
     return tigon.transformers.patch
 
 
@@ -82,6 +120,7 @@ IMPLS = {"hf": _hf, "tigon": _tigon, "liger": _liger}  # this order: Liger's cla
 
 def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
     from transformers import AutoModelForCausalLM
+
     finish = prepare(name)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(ctx.device)
@@ -118,19 +157,39 @@ def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
     torch.cuda.synchronize(ctx.device)
     step_ms = (time.perf_counter() - t0) * 1e3 / steps
     n_params = sum(p.numel() for p in model.parameters())
-    out = {"step_ms": step_ms, "tokens_per_s": BATCH * SEQ / (step_ms * 1e-3),
-           "peak_gib": peak_all / 2**30, "peak_fwd_bwd_gib": peak_model / 2**30,
-           # weights + gradients + two AdamW moments, in the weights' dtype: the floor of any step's peak
-           "states_gib": 4 * sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30,
-           "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "params": n_params}
+    out = {
+        "step_ms": step_ms,
+        "tokens_per_s": BATCH * SEQ / (step_ms * 1e-3),
+        "peak_gib": peak_all / 2**30,
+        "peak_fwd_bwd_gib": peak_model / 2**30,
+        # weights + gradients + two AdamW moments, in the weights' dtype: the floor of any step's peak
+        "states_gib": 4 * sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30,
+        "loss_first": losses[0].item(),
+        "loss_last": losses[-1].item(),
+        "params": n_params,
+    }
     return out
 
 
 def _record(ctx, name, impl, steps, **fields) -> dict:
     import transformers
-    return {"op": OP, "model": name, "impl": impl, "batch": BATCH, "seq": SEQ,
-            "dtype": str(ctx.dtype).replace("torch.", ""), "steps": steps, "step_ms": None, "tokens_per_s": None,
-            "peak_gib": None, "error": None, **fields, "transformers": transformers.__version__, **ctx.env}
+
+    return {
+        "op": OP,
+        "model": name,
+        "impl": impl,
+        "batch": BATCH,
+        "seq": SEQ,
+        "dtype": str(ctx.dtype).replace("torch.", ""),
+        "steps": steps,
+        "step_ms": None,
+        "tokens_per_s": None,
+        "peak_gib": None,
+        "error": None,
+        **fields,
+        "transformers": transformers.__version__,
+        **ctx.env,
+    }
 
 
 def run(args, ctx) -> list[dict]:
@@ -151,9 +210,11 @@ def run(args, ctx) -> list[dict]:
                 continue
             try:
                 rec = _record(ctx, name, impl, steps, **_measure(name, make, ctx, warmup, steps))
-                progress(f"{OP} {name} {impl}: {rec['step_ms']:.1f} ms/step, {rec['tokens_per_s']:.0f} tokens/s, "
-                         f"peak {rec['peak_gib']:.2f} GiB (forward + backward {rec['peak_fwd_bwd_gib']:.2f}, states "
-                         f"{rec['states_gib']:.2f}), loss {rec['loss_first']:.4f} -> {rec['loss_last']:.4f}")
+                progress(
+                    f"{OP} {name} {impl}: {rec['step_ms']:.1f} ms/step, {rec['tokens_per_s']:.0f} tokens/s, "
+                    f"peak {rec['peak_gib']:.2f} GiB (forward + backward {rec['peak_fwd_bwd_gib']:.2f}, states "
+                    f"{rec['states_gib']:.2f}), loss {rec['loss_first']:.4f} -> {rec['loss_last']:.4f}"
+                )
             except Skip as s:
                 ctx.note(f"{OP} {name}: {impl} skipped: {s}")
                 continue
@@ -177,11 +238,22 @@ def print_table(results: list[dict]) -> None:
 def _print_op_table(rows: list[dict]) -> None:
     r0 = rows[0]
     gpus = f" | {r0['wrapper']} on {r0['world']} GPUs, batch per GPU" if "world" in r0 else ""
-    print(f"\n{r0['op']}: {r0['gpu']} | {r0['dtype']}{gpus} | batch {r0['batch']} x seq {r0['seq']} | AdamW foreach, "
-          f"activation checkpointing, SDPA | torch {r0['torch']} | transformers {r0['transformers']} | "
-          f"git {r0['git_sha']}")
-    cols = [("model", 12), ("impl", 6), ("step ms", 9), ("tokens/s", 9), ("peak GiB", 9), ("fwd+bwd", 8),
-            ("states", 7), ("x hf", 6), ("loss first/last", 17)]
+    print(
+        f"\n{r0['op']}: {r0['gpu']} | {r0['dtype']}{gpus} | batch {r0['batch']} x seq {r0['seq']} | AdamW foreach, "
+        f"activation checkpointing, SDPA | torch {r0['torch']} | transformers {r0['transformers']} | "
+        f"git {r0['git_sha']}"
+    )
+    cols = [
+        ("model", 12),
+        ("impl", 6),
+        ("step ms", 9),
+        ("tokens/s", 9),
+        ("peak GiB", 9),
+        ("fwd+bwd", 8),
+        ("states", 7),
+        ("x hf", 6),
+        ("loss first/last", 17),
+    ]
     print("  ".join(n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(cols)))
     for r in rows:
         head = [r["model"].ljust(12), r["impl"].ljust(6)]
@@ -191,6 +263,13 @@ def _print_op_table(rows: list[dict]) -> None:
         hf = next((h for h in rows if h["model"] == r["model"] and h["impl"] == "hf" and not h.get("error")), None)
         speedup = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-"
         gib = lambda k: f"{r[k]:.2f}" if r.get(k) is not None else "-"  # noqa: E731
-        cells = [f"{r['step_ms']:.1f}", f"{r['tokens_per_s']:.0f}", gib("peak_gib"), gib("peak_fwd_bwd_gib"),
-                 gib("states_gib"), speedup, f"{r['loss_first']:.3f}/{r['loss_last']:.3f}"]
+        cells = [
+            f"{r['step_ms']:.1f}",
+            f"{r['tokens_per_s']:.0f}",
+            gib("peak_gib"),
+            gib("peak_fwd_bwd_gib"),
+            gib("states_gib"),
+            speedup,
+            f"{r['loss_first']:.3f}/{r['loss_last']:.3f}",
+        ]
         print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells, cols[2:])]))

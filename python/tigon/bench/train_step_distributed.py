@@ -37,6 +37,7 @@ def wrap(model, wrapper: str, device: torch.device, world: int):
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=None if device.type == "cpu" else [device])
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh(device.type, (world,))
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
@@ -50,6 +51,7 @@ def finish() -> None:
     functional collectives) when Python tears down, and that teardown aborts the process (SIGABRT, "terminate called
     without an active exception") now and then on a loaded machine: CI saw it once."""
     import torch.distributed as dist
+
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()
@@ -57,18 +59,33 @@ def finish() -> None:
     os._exit(0)
 
 
-def _worker(rank: int, world: int, config, impl: str, wrapper: str, batch: int, seq: int, warmup: int, steps: int,
-            dtype: torch.dtype, backend: str, init: str, out: str) -> None:
+def _worker(
+    rank: int,
+    world: int,
+    config,
+    impl: str,
+    wrapper: str,
+    batch: int,
+    seq: int,
+    warmup: int,
+    steps: int,
+    dtype: torch.dtype,
+    backend: str,
+    init: str,
+    out: str,
+) -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
+
     cuda = backend == "nccl"
     device = torch.device(f"cuda:{rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
     else:
         torch.set_num_threads(1)  # several processes on one CPU
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(
+        backend, init_method=init, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300)
+    )
     try:
         torch.manual_seed(0)  # the same weights on every rank before sharding
         with torch.device(device):
@@ -99,31 +116,53 @@ def _worker(rank: int, world: int, config, impl: str, wrapper: str, batch: int, 
         sync()
         step_ms = (time.perf_counter() - t0) * 1e3 / steps
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else 0.0
-        mine = torch.tensor([step_ms, peak, losses[0].float().item(), losses[-1].float().item()],
-                            dtype=torch.float64, device=device)
+        mine = torch.tensor(
+            [step_ms, peak, losses[0].float().item(), losses[-1].float().item()], dtype=torch.float64, device=device
+        )
         everyone = [torch.zeros_like(mine) for _ in range(world)]
         dist.all_gather(everyone, mine)
         if rank == 0:
             rows = torch.stack(everyone).cpu()
-            torch.save({"step_ms": rows[:, 0].max().item(), "peak_gib": rows[:, 1].max().item(),
-                        "loss_first": rows[:, 2].mean().item(), "loss_last": rows[:, 3].mean().item(),
-                        "params": sum(p.numel() for p in model.parameters())},  # a DTensor counts its whole
-                       out)
+            torch.save(
+                {
+                    "step_ms": rows[:, 0].max().item(),
+                    "peak_gib": rows[:, 1].max().item(),
+                    "loss_first": rows[:, 2].mean().item(),
+                    "loss_last": rows[:, 3].mean().item(),
+                    "params": sum(p.numel() for p in model.parameters()),
+                },  # a DTensor counts its whole
+                out,
+            )
     except BaseException:
         dist.destroy_process_group()
         raise
     finish()
 
 
-def measure(config, impl: str, wrapper: str, world: int, batch: int, seq: int, warmup: int, steps: int,
-            dtype: torch.dtype, backend: str = "nccl") -> dict:
+def measure(
+    config,
+    impl: str,
+    wrapper: str,
+    world: int,
+    batch: int,
+    seq: int,
+    warmup: int,
+    steps: int,
+    dtype: torch.dtype,
+    backend: str = "nccl",
+) -> dict:
     """One configuration on `world` processes; rank 0's summary (step_ms, peak_gib, first/last mean loss)."""
     import torch.multiprocessing as mp
+
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.pt")
         init = f"file://{os.path.join(tmp, 'rendezvous')}"
-        mp.spawn(_worker, args=(world, config, impl, wrapper, batch, seq, warmup, steps, dtype, backend, init, out),
-                 nprocs=world, join=True)
+        mp.spawn(
+            _worker,
+            args=(world, config, impl, wrapper, batch, seq, warmup, steps, dtype, backend, init, out),
+            nprocs=world,
+            join=True,
+        )
         res = torch.load(out)
     res["tokens_per_s"] = world * batch * seq / (res["step_ms"] * 1e-3)
     return res
@@ -145,11 +184,24 @@ def _run(wrapper: str, args, ctx) -> list[dict]:
             rec = train_step._record(ctx, name, impl, steps, world=world, wrapper=wrapper)
             rec["op"] = op
             try:
-                rec.update(measure(train_step._config(name), impl, wrapper, world, train_step.BATCH, train_step.SEQ,
-                                   warmup, steps, ctx.dtype))
-                progress(f"{op} {name} {impl} x{world}: {rec['step_ms']:.1f} ms/step, {rec['tokens_per_s']:.0f} "
-                         f"tokens/s, peak {rec['peak_gib']:.2f} GiB per GPU, loss {rec['loss_first']:.4f} -> "
-                         f"{rec['loss_last']:.4f}")
+                rec.update(
+                    measure(
+                        train_step._config(name),
+                        impl,
+                        wrapper,
+                        world,
+                        train_step.BATCH,
+                        train_step.SEQ,
+                        warmup,
+                        steps,
+                        ctx.dtype,
+                    )
+                )
+                progress(
+                    f"{op} {name} {impl} x{world}: {rec['step_ms']:.1f} ms/step, {rec['tokens_per_s']:.0f} "
+                    f"tokens/s, peak {rec['peak_gib']:.2f} GiB per GPU, loss {rec['loss_first']:.4f} -> "
+                    f"{rec['loss_last']:.4f}"
+                )
             except Exception as e:  # an OOM or a failed rank must not lose the other rows
                 progress(f"{op} {name} {impl}: FAILED {type(e).__name__}: {e}")
                 rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"

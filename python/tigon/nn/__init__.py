@@ -7,5 +7,15 @@ from tigon.nn.rms_norm import GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 
-__all__ = ["CrossEntropyLoss", "FalconH1MLP", "FusedLinearCrossEntropyLoss", "GemmaMLP", "GemmaRMSNorm", "LayerNorm",
-           "LlamaMLP", "Phi3MLP", "RMSNorm", "apply_rotary_pos_emb"]
+__all__ = [
+    "CrossEntropyLoss",
+    "FalconH1MLP",
+    "FusedLinearCrossEntropyLoss",
+    "GemmaMLP",
+    "GemmaRMSNorm",
+    "LayerNorm",
+    "LlamaMLP",
+    "Phi3MLP",
+    "RMSNorm",
+    "apply_rotary_pos_emb",
+]

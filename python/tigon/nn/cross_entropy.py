@@ -20,11 +20,21 @@ class CrossEntropyLoss(nn.Module):
     gradient). Off by default, as torch's module leaves its input alone; see tigon.ops.cross_entropy.
     """
 
-    def __init__(self, weight: torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0, lse_square_scale: float = 0.0, softcap: float | None = None,
-                 in_place: bool = False, return_z_loss: bool = False, return_token_accuracy: bool = False,
-                 return_predicted_tokens: bool = False, use_token_scaling: bool = False,
-                 check_targets: bool = False) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+        lse_square_scale: float = 0.0,
+        softcap: float | None = None,
+        in_place: bool = False,
+        return_z_loss: bool = False,
+        return_token_accuracy: bool = False,
+        return_predicted_tokens: bool = False,
+        use_token_scaling: bool = False,
+        check_targets: bool = False,
+    ) -> None:
         super().__init__()
         self.register_buffer("weight", weight)  # like torch's: moves with .to() and lives in the state dict
         self.ignore_index = ignore_index
@@ -40,12 +50,26 @@ class CrossEntropyLoss(nn.Module):
         self.check_targets = check_targets  # validate targets first (one synchronisation); see the op
 
     def forward(self, input: torch.Tensor, target: torch.Tensor):
-        return cross_entropy(input, target, self.weight, self.ignore_index, self.label_smoothing,
-                             self.lse_square_scale, self.softcap, self.reduction, self.return_z_loss,
-                             self.return_token_accuracy, self.in_place, self.return_predicted_tokens,
-                             self.use_token_scaling, self.check_targets)
+        return cross_entropy(
+            input,
+            target,
+            self.weight,
+            self.ignore_index,
+            self.label_smoothing,
+            self.lse_square_scale,
+            self.softcap,
+            self.reduction,
+            self.return_z_loss,
+            self.return_token_accuracy,
+            self.in_place,
+            self.return_predicted_tokens,
+            self.use_token_scaling,
+            self.check_targets,
+        )
 
     def extra_repr(self) -> str:
-        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
-                f"label_smoothing={self.label_smoothing}, lse_square_scale={self.lse_square_scale}, "
-                f"softcap={self.softcap}, in_place={self.in_place}, use_token_scaling={self.use_token_scaling}")
+        return (
+            f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+            f"label_smoothing={self.label_smoothing}, lse_square_scale={self.lse_square_scale}, "
+            f"softcap={self.softcap}, in_place={self.in_place}, use_token_scaling={self.use_token_scaling}"
+        )

@@ -13,8 +13,17 @@ class RMSNorm(nn.Module):
     """Drop-in for Hugging Face's LlamaRMSNorm (and the Mistral/Qwen/... copies of it): ``weight`` initialised to
     ones, ``variance_epsilon`` as the epsilon attribute, llama casting. Other families pass offset/casting_mode."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6, offset: float = 0.0, casting_mode: str = "llama",
-                 init: float = 1.0, in_place: bool = False, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float = 1e-6,
+        offset: float = 0.0,
+        casting_mode: str = "llama",
+        init: float = 1.0,
+        in_place: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.full((hidden_size,), float(init), device=device, dtype=dtype))
         self.variance_epsilon = eps
@@ -30,14 +39,17 @@ class RMSNorm(nn.Module):
             # input's strides too). Any other layout goes to the op, which says what it cannot read.
             order = sorted(range(x.dim() - 1), key=lambda d: -x.stride(d)) + [x.dim() - 1]
             if rows_ok(x.permute(order)):
-                y = rms_norm(x.permute(order), self.weight, self.variance_epsilon, self.offset, self.casting_mode,
-                             self.in_place)
+                y = rms_norm(
+                    x.permute(order), self.weight, self.variance_epsilon, self.offset, self.casting_mode, self.in_place
+                )
                 return y.permute(sorted(range(x.dim()), key=lambda d: order[d]))
         return rms_norm(x, self.weight, self.variance_epsilon, self.offset, self.casting_mode, self.in_place)
 
     def extra_repr(self) -> str:
-        return (f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}, offset={self.offset}, "
-                f"casting_mode={self.casting_mode!r}, in_place={self.in_place}")
+        return (
+            f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}, offset={self.offset}, "
+            f"casting_mode={self.casting_mode!r}, in_place={self.in_place}"
+        )
 
 
 class GemmaRMSNorm(RMSNorm):
@@ -45,8 +57,9 @@ class GemmaRMSNorm(RMSNorm):
     zeros, epsilon attribute ``eps``."""
 
     def __init__(self, dim: int, eps: float = 1e-6, in_place: bool = False, device=None, dtype=None) -> None:
-        super().__init__(dim, eps, offset=1.0, casting_mode="gemma", init=0.0, in_place=in_place, device=device,
-                         dtype=dtype)
+        super().__init__(
+            dim, eps, offset=1.0, casting_mode="gemma", init=0.0, in_place=in_place, device=device, dtype=dtype
+        )
 
     @property
     def eps(self) -> float:

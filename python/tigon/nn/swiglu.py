@@ -11,15 +11,22 @@ from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU, _GLU, _check_gate_up, _chec
 
 # config.hidden_act -> our activation. gelu_new / gelu_pytorch_tanh / gelu_fast are the same tanh formula written
 # differently in transformers' ACT2FN.
-_HIDDEN_ACT = {"silu": "silu", "swish": "silu", "gelu": "gelu_erf", "gelu_pytorch_tanh": "gelu_tanh",
-               "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+_HIDDEN_ACT = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu": "gelu_erf",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+}
 
 
 def _activation(config, default: str, cls: str, name: str | None = None) -> int:
     name = name or getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or default
     if name not in _HIDDEN_ACT:
-        raise ValueError(f"{cls}: config.hidden_act {name!r} has no gated Tigon kernel (supported: "
-                         f"{sorted(_HIDDEN_ACT)})")
+        raise ValueError(
+            f"{cls}: config.hidden_act {name!r} has no gated Tigon kernel (supported: {sorted(_HIDDEN_ACT)})"
+        )
     return ACTIVATIONS[_HIDDEN_ACT[name]]
 
 
@@ -32,8 +39,14 @@ class LlamaMLP(nn.Module):
 
     _default_act = "silu"
 
-    def __init__(self, config, in_place: bool = True, intermediate_size: int | None = None,
-                 hidden_act: str | None = None, bias: bool | None = None) -> None:
+    def __init__(
+        self,
+        config,
+        in_place: bool = True,
+        intermediate_size: int | None = None,
+        hidden_act: str | None = None,
+        bias: bool | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.hidden_size = config.hidden_size
@@ -57,8 +70,9 @@ class GemmaMLP(LlamaMLP):
 
     _default_act = "gelu_pytorch_tanh"
 
-    def __init__(self, config, in_place: bool = True, intermediate_size: int | None = None,
-                 hidden_act: str | None = None) -> None:
+    def __init__(
+        self, config, in_place: bool = True, intermediate_size: int | None = None, hidden_act: str | None = None
+    ) -> None:
         super().__init__(config, in_place, intermediate_size, hidden_act, bias=False)  # never biases
 
 
@@ -67,11 +81,13 @@ class FalconH1MLP(LlamaMLP):
     config.mlp_multipliers. g runs inside the kernel; d scales down_proj's output as transformers does (its bias
     included, rounded where transformers rounds), skipped when it is 1."""
 
-    def __init__(self, config, in_place: bool = True, intermediate_size: int | None = None,
-                 hidden_act: str | None = None) -> None:
+    def __init__(
+        self, config, in_place: bool = True, intermediate_size: int | None = None, hidden_act: str | None = None
+    ) -> None:
         super().__init__(config, in_place, intermediate_size, hidden_act)
         self.gate_multiplier, self.down_multiplier = _check_multipliers(
-            *getattr(config, "mlp_multipliers", (1.0, 1.0)), "FalconH1MLP")
+            *getattr(config, "mlp_multipliers", (1.0, 1.0)), "FalconH1MLP"
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_proj(x), self.up_proj(x)

@@ -7,5 +7,14 @@ from tigon.ops.rms_norm import rms_norm
 from tigon.ops.rope import rope
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
-__all__ = ["cross_entropy", "fused_linear_cross_entropy", "geglu", "geglu_fused", "layer_norm", "rms_norm", "rope",
-           "swiglu", "swiglu_fused"]
+__all__ = [
+    "cross_entropy",
+    "fused_linear_cross_entropy",
+    "geglu",
+    "geglu_fused",
+    "layer_norm",
+    "rms_norm",
+    "rope",
+    "swiglu",
+    "swiglu_fused",
+]

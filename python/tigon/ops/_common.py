@@ -53,5 +53,7 @@ def refuse_leaf(t: torch.Tensor, arg: str, op: str) -> None:
     """in_place=True writes a gradient over t: a leaf that requires grad (a parameter, a user's input) would lose its
     values and receive itself as its .grad."""
     if t.requires_grad and t.is_leaf and torch.is_grad_enabled():  # without grad nothing is written
-        raise ValueError(f"{op}: argument '{arg}' is a leaf tensor that requires grad, and in_place=True would write "
-                         f"its gradient over it; pass in_place=False, or an intermediate (e.g. {arg} * 1)")
+        raise ValueError(
+            f"{op}: argument '{arg}' is a leaf tensor that requires grad, and in_place=True would write "
+            f"its gradient over it; pass in_place=False, or an intermediate (e.g. {arg} * 1)"
+        )

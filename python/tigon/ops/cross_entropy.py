@@ -22,15 +22,21 @@ REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 
 class CrossEntropyParams(ctypes.Structure):  # tigon_cross_entropy_params
-    _fields_ = [("ignore_index", ctypes.c_int64), ("label_smoothing", ctypes.c_float),
-                ("lse_square_scale", ctypes.c_float), ("softcap", ctypes.c_float), ("reduction", ctypes.c_int32),
-                ("token_scaling", ctypes.c_int32)]
+    _fields_ = [
+        ("ignore_index", ctypes.c_int64),
+        ("label_smoothing", ctypes.c_float),
+        ("lse_square_scale", ctypes.c_float),
+        ("softcap", ctypes.c_float),
+        ("reduction", ctypes.c_int32),
+        ("token_scaling", ctypes.c_int32),
+    ]
 
 
 _T = _lib.TENSOR_P
-_fwd = _lib.declare("tigon_cross_entropy_fwd",
-                    [_T, _T, _T, _T, _T, _T, _T, _T, CrossEntropyParams, ctypes.c_void_p, ctypes.c_size_t,
-                     ctypes.c_void_p])
+_fwd = _lib.declare(
+    "tigon_cross_entropy_fwd",
+    [_T, _T, _T, _T, _T, _T, _T, _T, CrossEntropyParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
+)
 _bwd = _lib.declare("tigon_cross_entropy_bwd", [_T, _T, ctypes.c_void_p])
 
 _NONE = REDUCTIONS["none"]
@@ -53,13 +59,17 @@ def check_target_values(target: torch.Tensor, classes: int, ignore_index: int, o
     graph (on a GPU a failed device assert ends the process's CUDA context: use it eagerly while debugging)."""
     bad = (target != ignore_index) & ((target < 0) | (target >= classes))
     if compiling():
-        torch._assert_async(~bad.any(), f"{op}: argument 'target' has a value outside [0, {classes}) that is not "
-                                        f"ignore_index ({ignore_index})")
+        torch._assert_async(
+            ~bad.any(),
+            f"{op}: argument 'target' has a value outside [0, {classes}) that is not ignore_index ({ignore_index})",
+        )
         return
     if bad.any().item():
         row = int(bad.reshape(-1).nonzero()[0])
-        raise ValueError(f"{op}: argument 'target' has a value outside [0, {classes}) that is not ignore_index "
-                         f"({ignore_index}): target.view(-1)[{row}] = {int(target.reshape(-1)[row])}")
+        raise ValueError(
+            f"{op}: argument 'target' has a value outside [0, {classes}) that is not ignore_index "
+            f"({ignore_index}): target.view(-1)[{row}] = {int(target.reshape(-1)[row])}"
+        )
 
 
 def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction):
@@ -73,8 +83,9 @@ def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_squar
     if not isinstance(target, torch.Tensor):
         raise TypeError(f"{op}: argument 'target' must be a torch.Tensor, got {type(target).__name__}")
     if target.dim() != 1:
-        raise ValueError(f"{op}: argument 'target' must be [N] ({logits.shape[0]},) to match logits, got "
-                         f"{tuple(target.shape)}")
+        raise ValueError(
+            f"{op}: argument 'target' must be [N] ({logits.shape[0]},) to match logits, got {tuple(target.shape)}"
+        )
     if weight is not None:  # converted to float32 below, so its dtype must be a float one
         if not isinstance(weight, torch.Tensor):
             raise TypeError(f"{op}: argument 'weight' must be a torch.Tensor or None, got {type(weight).__name__}")
@@ -84,6 +95,7 @@ def _check_args(logits, target, weight, ignore_index, label_smoothing, lse_squar
 
 
 # ---- launchers: outputs and workspace from torch's allocator, the C API on torch's current stream -----------------
+
 
 def _outputs(logits, reduction: int, want_predicted: bool):
     """loss, z_loss, accuracy, and the predicted tokens (one int64 per row; empty when not wanted)."""
@@ -100,30 +112,85 @@ def _workspace(logits):
     return torch.empty(nbytes // 4, dtype=torch.float32, device=logits.device), nbytes
 
 
-def _launch(logits, target, weight, grad, ignore_index, smoothing, z_scale, softcap, reduction, token_scaling,
-            want_predicted):
+def _launch(
+    logits, target, weight, grad, ignore_index, smoothing, z_scale, softcap, reduction, token_scaling, want_predicted
+):
     loss, z_loss, acc, predicted = _outputs(logits, reduction, want_predicted)
     ws, nbytes = _workspace(logits)
-    _lib.check(_fwd(_lib.tensor_arg(logits), _lib.tensor_arg(target), _lib.tensor_arg(weight),
-                    _lib.tensor_arg(loss), _lib.tensor_arg(z_loss), _lib.tensor_arg(acc),
-                    _lib.tensor_arg(predicted) if want_predicted else None, _lib.tensor_arg(grad),
-                    CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction, int(token_scaling)),
-                    None if ws is None else ws.data_ptr(), nbytes, _lib.stream_of(logits)))
+    _lib.check(
+        _fwd(
+            _lib.tensor_arg(logits),
+            _lib.tensor_arg(target),
+            _lib.tensor_arg(weight),
+            _lib.tensor_arg(loss),
+            _lib.tensor_arg(z_loss),
+            _lib.tensor_arg(acc),
+            _lib.tensor_arg(predicted) if want_predicted else None,
+            _lib.tensor_arg(grad),
+            CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction, int(token_scaling)),
+            None if ws is None else ws.data_ptr(),
+            nbytes,
+            _lib.stream_of(logits),
+        )
+    )
     return loss, z_loss, acc, predicted
 
 
-def _fwd_impl(logits, target, weight, ignore_index: int, smoothing: float, z_scale: float, softcap: float,
-              reduction: int, token_scaling: bool, want_predicted: bool, need_grad: bool):
+def _fwd_impl(
+    logits,
+    target,
+    weight,
+    ignore_index: int,
+    smoothing: float,
+    z_scale: float,
+    softcap: float,
+    reduction: int,
+    token_scaling: bool,
+    want_predicted: bool,
+    need_grad: bool,
+):
     grad = torch.empty(logits.shape if need_grad else (0, logits.shape[1]), dtype=logits.dtype, device=logits.device)
-    outs = _launch(logits, target, weight, grad if need_grad else None, ignore_index, smoothing, z_scale, softcap,
-                   reduction, token_scaling, want_predicted)
+    outs = _launch(
+        logits,
+        target,
+        weight,
+        grad if need_grad else None,
+        ignore_index,
+        smoothing,
+        z_scale,
+        softcap,
+        reduction,
+        token_scaling,
+        want_predicted,
+    )
     return (*outs, grad)
 
 
-def _fwd_inplace_impl(logits, target, weight, ignore_index: int, smoothing: float, z_scale: float, softcap: float,
-                      reduction: int, token_scaling: bool, want_predicted: bool):
-    return _launch(logits, target, weight, logits, ignore_index, smoothing, z_scale, softcap, reduction,
-                   token_scaling, want_predicted)
+def _fwd_inplace_impl(
+    logits,
+    target,
+    weight,
+    ignore_index: int,
+    smoothing: float,
+    z_scale: float,
+    softcap: float,
+    reduction: int,
+    token_scaling: bool,
+    want_predicted: bool,
+):
+    return _launch(
+        logits,
+        target,
+        weight,
+        logits,
+        ignore_index,
+        smoothing,
+        z_scale,
+        softcap,
+        reduction,
+        token_scaling,
+        want_predicted,
+    )
 
 
 def _scale_impl(grad, grad_output) -> None:
@@ -133,10 +200,14 @@ def _scale_impl(grad, grad_output) -> None:
 # ---- torch.library registration ----------------------------------------------------------------------------------
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
-_ARGS = ("Tensor? weight, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, "
-         "int reduction, bool token_scaling, bool want_predicted")
-_LIB.define(f"cross_entropy_fwd(Tensor logits, Tensor target, {_ARGS}, bool need_grad) "
-            "-> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+_ARGS = (
+    "Tensor? weight, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, "
+    "int reduction, bool token_scaling, bool want_predicted"
+)
+_LIB.define(
+    f"cross_entropy_fwd(Tensor logits, Tensor target, {_ARGS}, bool need_grad) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
 _LIB.define(f"cross_entropy_fwd_(Tensor(a!) logits, Tensor target, {_ARGS}) -> (Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("cross_entropy_scale_(Tensor(a!) grad, Tensor grad_output) -> ()")
 for _key in ("CPU", "CUDA"):
@@ -146,15 +217,36 @@ for _key in ("CPU", "CUDA"):
 
 
 @torch.library.register_fake("tigon::cross_entropy_fwd")
-def _fwd_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction,
-              token_scaling, want_predicted, need_grad):
+def _fwd_fake(
+    logits,
+    target,
+    weight,
+    ignore_index,
+    label_smoothing,
+    lse_square_scale,
+    softcap,
+    reduction,
+    token_scaling,
+    want_predicted,
+    need_grad,
+):
     grad = logits.new_empty(logits.shape if need_grad else (0, logits.shape[1]))
     return (*_outputs(logits, reduction, want_predicted), grad)
 
 
 @torch.library.register_fake("tigon::cross_entropy_fwd_")
-def _fwd_inplace_fake(logits, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction,
-                      token_scaling, want_predicted):
+def _fwd_inplace_fake(
+    logits,
+    target,
+    weight,
+    ignore_index,
+    label_smoothing,
+    lse_square_scale,
+    softcap,
+    reduction,
+    token_scaling,
+    want_predicted,
+):
     return _outputs(logits, reduction, want_predicted)
 
 
@@ -165,10 +257,24 @@ def _scale_fake(grad, grad_output):
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
 
+
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, smoothing, z_scale, softcap, reduction, token_scaling,
-                want_predicted, need_grad, in_place):
+    def forward(
+        ctx,
+        logits,
+        target,
+        weight,
+        ignore_index,
+        smoothing,
+        z_scale,
+        softcap,
+        reduction,
+        token_scaling,
+        want_predicted,
+        need_grad,
+        in_place,
+    ):
         opts = (ignore_index, smoothing, z_scale, softcap, reduction, token_scaling, want_predicted)
         if need_grad and in_place:
             if compiling():
@@ -179,8 +285,7 @@ class _CrossEntropy(torch.autograd.Function):
             # A new version for autograd: whatever saved the logits before now raises instead of reading gradients.
             ctx.mark_dirty(logits)
         elif compiling():
-            loss, z_loss, acc, pred, grad = torch.ops.tigon.cross_entropy_fwd(logits, target, weight, *opts,
-                                                                              need_grad)
+            loss, z_loss, acc, pred, grad = torch.ops.tigon.cross_entropy_fwd(logits, target, weight, *opts, need_grad)
         else:
             loss, z_loss, acc, pred, grad = _fwd_impl(logits, target, weight, *opts, need_grad)
         if need_grad:
@@ -208,11 +313,22 @@ class _CrossEntropy(torch.autograd.Function):
         return (grad,) + (None,) * 11
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
-                  ignore_index: int = -100, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
-                  softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False,
-                  return_token_accuracy: bool = False, in_place: bool = False, return_predicted_tokens: bool = False,
-                  use_token_scaling: bool = False, check_targets: bool = False):
+def cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    lse_square_scale: float = 0.0,
+    softcap: float | None = None,
+    reduction: str = "mean",
+    return_z_loss: bool = False,
+    return_token_accuracy: bool = False,
+    in_place: bool = False,
+    return_predicted_tokens: bool = False,
+    use_token_scaling: bool = False,
+    check_targets: bool = False,
+):
     """Cross entropy of [N, V] logits (fp32, fp16 or bf16; any row stride) against int64 or int32 targets.
 
     Matches torch.nn.functional.cross_entropy where the options overlap (class weights, ignore_index, label
@@ -247,11 +363,20 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     if not target.is_contiguous():
         target = target.contiguous()
     need_grad = logits.requires_grad and torch.is_grad_enabled()
-    loss, z_loss, acc, pred, _ = _CrossEntropy.apply(logits, target, weight, int(ignore_index),
-                                                     float(label_smoothing), float(lse_square_scale),
-                                                     float(softcap or 0.0), REDUCTIONS[reduction],
-                                                     bool(use_token_scaling), bool(return_predicted_tokens), need_grad,
-                                                     bool(in_place))
+    loss, z_loss, acc, pred, _ = _CrossEntropy.apply(
+        logits,
+        target,
+        weight,
+        int(ignore_index),
+        float(label_smoothing),
+        float(lse_square_scale),
+        float(softcap or 0.0),
+        REDUCTIONS[reduction],
+        bool(use_token_scaling),
+        bool(return_predicted_tokens),
+        need_grad,
+        bool(in_place),
+    )
     return with_extras(loss, z_loss, acc, pred, return_z_loss, return_token_accuracy, return_predicted_tokens)
 
 
@@ -259,5 +384,9 @@ def with_extras(loss, z_loss, acc, pred, return_z_loss, return_token_accuracy, r
     """The loss alone, or a tuple of it and the extras asked for, in their fixed order."""
     if not (return_z_loss or return_token_accuracy or return_predicted_tokens):
         return loss
-    return ((loss,) + ((z_loss,) if return_z_loss else ()) + ((acc,) if return_token_accuracy else ())
-            + ((pred,) if return_predicted_tokens else ()))
+    return (
+        (loss,)
+        + ((z_loss,) if return_z_loss else ())
+        + ((acc,) if return_token_accuracy else ())
+        + ((pred,) if return_predicted_tokens else ())
+    )

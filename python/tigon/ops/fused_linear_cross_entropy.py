@@ -29,23 +29,44 @@ DW_ACCUMULATION = {"fp32": 0, "weight": 1}
 
 
 class FusedLinearCrossEntropyParams(ctypes.Structure):  # tigon_fused_linear_cross_entropy_params
-    _fields_ = [("ce", CrossEntropyParams), ("chunk_rows", ctypes.c_int64), ("memory_budget", ctypes.c_uint64),
-                ("dw_accumulation", ctypes.c_int32), ("narrow_dw", ctypes.c_int32)]
+    _fields_ = [
+        ("ce", CrossEntropyParams),
+        ("chunk_rows", ctypes.c_int64),
+        ("memory_budget", ctypes.c_uint64),
+        ("dw_accumulation", ctypes.c_int32),
+        ("narrow_dw", ctypes.c_int32),
+    ]
 
 
 _T = _lib.TENSOR_P
 _P = FusedLinearCrossEntropyParams
-_ws_size = _lib.declare("tigon_fused_linear_cross_entropy_workspace_size",
-                        [_T, _T, _P, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int64)])
-_fwd = _lib.declare("tigon_fused_linear_cross_entropy_fwd",
-                    [_T] * 13 + [_P, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+_ws_size = _lib.declare(
+    "tigon_fused_linear_cross_entropy_workspace_size",
+    [_T, _T, _P, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int64)],
+)
+_fwd = _lib.declare(
+    "tigon_fused_linear_cross_entropy_fwd", [_T] * 13 + [_P, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+)
 _bwd = _lib.declare("tigon_fused_linear_cross_entropy_bwd", [_T] * 4 + [ctypes.c_void_p])
 
 _NONE = REDUCTIONS["none"]
 
 
-def _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothing, lse_square_scale, softcap,
-                reduction, memory_budget, chunk_rows, dw_accumulation):
+def _check_args(
+    x,
+    weight,
+    target,
+    bias,
+    ce_weight,
+    ignore_index,
+    label_smoothing,
+    lse_square_scale,
+    softcap,
+    reduction,
+    memory_budget,
+    chunk_rows,
+    dw_accumulation,
+):
     """Python types and options, and the shapes the fake implementations build outputs from (so a bad one fails
     when torch.compile traces). Dtypes, strides, devices: the C API, naming the argument."""
     op = "fused_linear_cross_entropy"
@@ -55,11 +76,15 @@ def _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothin
     if x.dim() < 2 or x.shape[-1] == 0:
         raise ValueError(f"{op}: argument 'x' must be [..., H] with H > 0, got shape {tuple(x.shape)}")
     if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or weight.shape[0] == 0:
-        raise ValueError(f"{op}: argument 'weight' must be [V, H] with V > 0 and H = {x.shape[-1]} (x's last "
-                         f"dimension), got shape {tuple(weight.shape)}")
+        raise ValueError(
+            f"{op}: argument 'weight' must be [V, H] with V > 0 and H = {x.shape[-1]} (x's last "
+            f"dimension), got shape {tuple(weight.shape)}"
+        )
     if target.shape != x.shape[:-1]:
-        raise ValueError(f"{op}: argument 'target' must have shape {tuple(x.shape[:-1])} (x's leading dimensions), "
-                         f"got {tuple(target.shape)}")
+        raise ValueError(
+            f"{op}: argument 'target' must have shape {tuple(x.shape[:-1])} (x's leading dimensions), "
+            f"got {tuple(target.shape)}"
+        )
     for arg, t, shape in (("bias", bias, weight.shape[:1]), ("ce_weight", ce_weight, weight.shape[:1])):
         if t is None:
             continue
@@ -76,14 +101,26 @@ def _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothin
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise ValueError(f"{op}: argument '{arg}' must be None or an int > 0, got {v!r}")
     if dw_accumulation not in DW_ACCUMULATION:
-        raise ValueError(f"{op}: argument 'dw_accumulation' must be one of {sorted(DW_ACCUMULATION)}, got "
-                         f"{dw_accumulation!r}")
+        raise ValueError(
+            f"{op}: argument 'dw_accumulation' must be one of {sorted(DW_ACCUMULATION)}, got {dw_accumulation!r}"
+        )
 
 
 # ---- launchers: outputs and workspace from torch's allocator, the C API on torch's current stream -----------------
 
-def _params(ignore_index, smoothing, z_scale, softcap, reduction, chunk_rows, memory_budget, dw_fp32, narrow=False,
-            token_scaling=False):
+
+def _params(
+    ignore_index,
+    smoothing,
+    z_scale,
+    softcap,
+    reduction,
+    chunk_rows,
+    memory_budget,
+    dw_fp32,
+    narrow=False,
+    token_scaling=False,
+):
     ce = CrossEntropyParams(ignore_index, smoothing, z_scale, softcap, reduction, int(token_scaling))
     return FusedLinearCrossEntropyParams(ce, chunk_rows, memory_budget, 0 if dw_fp32 else 1, int(narrow))
 
@@ -107,16 +144,41 @@ def _outputs(x, weight, bias, reduction: int, want_predicted: bool, need_dx: boo
     return stat(), stat(), stat(), predicted, dx, dw, db
 
 
-def _fwd_impl(x, weight, bias, target, ce_weight, grad_output, ignore_index: int, smoothing: float, z_scale: float,
-              softcap: float, reduction: int, token_scaling: bool, chunk_rows: int, memory_budget: int,
-              dw_fp32: bool, want_predicted: bool, need_dx: bool, need_dw: bool, need_db: bool):
-    params = _params(ignore_index, smoothing, z_scale, softcap, reduction, chunk_rows, memory_budget, dw_fp32,
-                     token_scaling=token_scaling)
+def _fwd_impl(
+    x,
+    weight,
+    bias,
+    target,
+    ce_weight,
+    grad_output,
+    ignore_index: int,
+    smoothing: float,
+    z_scale: float,
+    softcap: float,
+    reduction: int,
+    token_scaling: bool,
+    chunk_rows: int,
+    memory_budget: int,
+    dw_fp32: bool,
+    want_predicted: bool,
+    need_dx: bool,
+    need_dw: bool,
+    need_db: bool,
+):
+    params = _params(
+        ignore_index,
+        smoothing,
+        z_scale,
+        softcap,
+        reduction,
+        chunk_rows,
+        memory_budget,
+        dw_fp32,
+        token_scaling=token_scaling,
+    )
     nbytes, rows = ctypes.c_size_t(), ctypes.c_int64()
-    _lib.check(_ws_size(_lib.tensor_arg(x), _lib.tensor_arg(weight), params, ctypes.byref(nbytes),
-                        ctypes.byref(rows)))
-    loss, z_loss, acc, pred, dx, dw, db = _outputs(x, weight, bias, reduction, want_predicted, need_dx, False,
-                                                   need_db)
+    _lib.check(_ws_size(_lib.tensor_arg(x), _lib.tensor_arg(weight), params, ctypes.byref(nbytes), ctypes.byref(rows)))
+    loss, z_loss, acc, pred, dx, dw, db = _outputs(x, weight, bias, reduction, want_predicted, need_dx, False, need_db)
     dw_arg = None
     if need_dw:
         v, h = weight.shape
@@ -130,10 +192,27 @@ def _fwd_impl(x, weight, bias, target, ce_weight, grad_output, ignore_index: int
             dw = dw_arg = weight.new_empty((v, h))
     ws = torch.empty(nbytes.value, dtype=torch.uint8, device=x.device) if nbytes.value else None
     arg = _lib.tensor_arg
-    _lib.check(_fwd(arg(x), arg(weight), arg(bias), arg(target), arg(ce_weight), arg(grad_output), arg(loss),
-                    arg(z_loss), arg(acc), arg(pred) if want_predicted else None, arg(dx) if need_dx else None,
-                    arg(dw_arg), arg(db) if need_db else None, params, None if ws is None else ws.data_ptr(),
-                    nbytes.value, _lib.stream_of(x)))
+    _lib.check(
+        _fwd(
+            arg(x),
+            arg(weight),
+            arg(bias),
+            arg(target),
+            arg(ce_weight),
+            arg(grad_output),
+            arg(loss),
+            arg(z_loss),
+            arg(acc),
+            arg(pred) if want_predicted else None,
+            arg(dx) if need_dx else None,
+            arg(dw_arg),
+            arg(db) if need_db else None,
+            params,
+            None if ws is None else ws.data_ptr(),
+            nbytes.value,
+            _lib.stream_of(x),
+        )
+    )
     return loss, z_loss, acc, pred, dx, dw, db
 
 
@@ -145,11 +224,13 @@ def _scale_impl(dx, dw, db, grad_output) -> None:
 # ---- torch.library registration ----------------------------------------------------------------------------------
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
-_LIB.define("fused_linear_cross_entropy_fwd(Tensor x, Tensor weight, Tensor? bias, Tensor target, Tensor? ce_weight, "
-            "Tensor? grad_output, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, "
-            "int reduction, bool token_scaling, int chunk_rows, int memory_budget, bool dw_fp32, "
-            "bool want_predicted, bool need_dx, bool need_dw, bool need_db) "
-            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_LIB.define(
+    "fused_linear_cross_entropy_fwd(Tensor x, Tensor weight, Tensor? bias, Tensor target, Tensor? ce_weight, "
+    "Tensor? grad_output, int ignore_index, float label_smoothing, float lse_square_scale, float softcap, "
+    "int reduction, bool token_scaling, int chunk_rows, int memory_budget, bool dw_fp32, "
+    "bool want_predicted, bool need_dx, bool need_dw, bool need_db) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
 _LIB.define("fused_linear_cross_entropy_scale_(Tensor(a!) dx, Tensor(b!) dw, Tensor(c!) db, Tensor grad_output) -> ()")
 for _key in ("CPU", "CUDA"):
     _LIB.impl("fused_linear_cross_entropy_fwd", _fwd_impl, _key)
@@ -157,9 +238,27 @@ for _key in ("CPU", "CUDA"):
 
 
 @torch.library.register_fake("tigon::fused_linear_cross_entropy_fwd")
-def _fwd_fake(x, weight, bias, target, ce_weight, grad_output, ignore_index, label_smoothing, lse_square_scale,
-              softcap, reduction, token_scaling, chunk_rows, memory_budget, dw_fp32, want_predicted, need_dx, need_dw,
-              need_db):
+def _fwd_fake(
+    x,
+    weight,
+    bias,
+    target,
+    ce_weight,
+    grad_output,
+    ignore_index,
+    label_smoothing,
+    lse_square_scale,
+    softcap,
+    reduction,
+    token_scaling,
+    chunk_rows,
+    memory_budget,
+    dw_fp32,
+    want_predicted,
+    need_dx,
+    need_dw,
+    need_db,
+):
     return _outputs(x, weight, bias, reduction, want_predicted, need_dx, need_dw, need_db)
 
 
@@ -170,6 +269,7 @@ def _scale_fake(dx, dw, db, grad_output):
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
 
+
 def _run(*args):
     if compiling():
         return torch.ops.tigon.fused_linear_cross_entropy_fwd(*args)
@@ -178,16 +278,35 @@ def _run(*args):
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, target, ce_weight, ignore_index, smoothing, z_scale, softcap, reduction,
-                token_scaling, chunk_rows, memory_budget, dw_fp32, want_predicted, need_dx, need_dw, need_db):
-        opts = (ignore_index, smoothing, z_scale, softcap, reduction, token_scaling, chunk_rows, memory_budget,
-                dw_fp32)
+    def forward(
+        ctx,
+        x,
+        weight,
+        bias,
+        target,
+        ce_weight,
+        ignore_index,
+        smoothing,
+        z_scale,
+        softcap,
+        reduction,
+        token_scaling,
+        chunk_rows,
+        memory_budget,
+        dw_fp32,
+        want_predicted,
+        need_dx,
+        need_dw,
+        need_db,
+    ):
+        opts = (ignore_index, smoothing, z_scale, softcap, reduction, token_scaling, chunk_rows, memory_budget, dw_fp32)
         need = (need_dx, need_dw, need_db)
         ctx.need = need
         ctx.recompute = any(need) and reduction == _NONE  # per-token upstream gradients: gradients in the backward
         now = need if not ctx.recompute else (False, False, False)
-        loss, z_loss, acc, pred, dx, dw, db = _run(x, weight, bias, target, ce_weight, None, *opts, want_predicted,
-                                                   *now)
+        loss, z_loss, acc, pred, dx, dw, db = _run(
+            x, weight, bias, target, ce_weight, None, *opts, want_predicted, *now
+        )
         if ctx.recompute:
             ctx.opts = opts
             ctx.save_for_backward(x, weight, bias, target, ce_weight)
@@ -219,22 +338,35 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
 def _autocast(x, weight, bias):
     """Under torch.autocast, x, weight and bias in the autocast dtype, as F.linear would take them (the casts are
     autograd's, so an fp32 weight gets an fp32 gradient); as they are otherwise."""
-    if not (isinstance(x, torch.Tensor) and x.device.type in ("cpu", "cuda")
-            and torch.is_autocast_enabled(x.device.type)):
+    if not (
+        isinstance(x, torch.Tensor) and x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type)
+    ):
         return x, weight, bias
     dtype = torch.get_autocast_dtype(x.device.type)
     cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
     return cast(x), cast(weight), cast(bias)
 
 
-def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-                               bias: torch.Tensor | None = None, ce_weight: torch.Tensor | None = None,
-                               ignore_index: int = -100, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
-                               softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False,
-                               return_token_accuracy: bool = False, memory_budget: int | None = None,
-                               chunk_rows: int | None = None, dw_accumulation: str = "fp32",
-                               return_predicted_tokens: bool = False, use_token_scaling: bool = False,
-                               check_targets: bool = False):
+def fused_linear_cross_entropy(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ce_weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    lse_square_scale: float = 0.0,
+    softcap: float | None = None,
+    reduction: str = "mean",
+    return_z_loss: bool = False,
+    return_token_accuracy: bool = False,
+    memory_budget: int | None = None,
+    chunk_rows: int | None = None,
+    dw_accumulation: str = "fp32",
+    return_predicted_tokens: bool = False,
+    use_token_scaling: bool = False,
+    check_targets: bool = False,
+):
     """Cross entropy of the logits x @ weight.T + bias against target, without materialising the logits.
 
     x [..., H] (fp32, fp16 or bf16; any H), weight [V, H] and bias [V] in x's dtype, target x.shape[:-1] of int64 or
@@ -253,8 +385,21 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
     synchronise); check_targets=True checks first and raises a ValueError naming 'target' and the first bad value.
     """
     x, weight, bias = _autocast(x, weight, bias)
-    _check_args(x, weight, target, bias, ce_weight, ignore_index, label_smoothing, lse_square_scale, softcap,
-                reduction, memory_budget, chunk_rows, dw_accumulation)
+    _check_args(
+        x,
+        weight,
+        target,
+        bias,
+        ce_weight,
+        ignore_index,
+        label_smoothing,
+        lse_square_scale,
+        softcap,
+        reduction,
+        memory_budget,
+        chunk_rows,
+        dw_accumulation,
+    )
     if check_targets:
         check_target_values(target, weight.shape[0], ignore_index, "fused_linear_cross_entropy")
     x2 = x.reshape(-1, x.shape[-1])
@@ -270,12 +415,29 @@ def fused_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: to
     if ce_weight is not None:
         ce_weight = ce_weight.to(torch.float32).contiguous()
     grad_on = torch.is_grad_enabled()
-    need = (grad_on and x.requires_grad, grad_on and weight.requires_grad,
-            grad_on and bias is not None and bias.requires_grad)
+    need = (
+        grad_on and x.requires_grad,
+        grad_on and weight.requires_grad,
+        grad_on and bias is not None and bias.requires_grad,
+    )
     loss, z_loss, acc, pred = _FusedLinearCrossEntropy.apply(
-        x2, weight, bias, target2, ce_weight, int(ignore_index), float(label_smoothing), float(lse_square_scale),
-        float(softcap or 0.0), REDUCTIONS[reduction], bool(use_token_scaling), int(chunk_rows or 0),
-        int(memory_budget or 0), dw_accumulation == "fp32", bool(return_predicted_tokens), *need)
+        x2,
+        weight,
+        bias,
+        target2,
+        ce_weight,
+        int(ignore_index),
+        float(label_smoothing),
+        float(lse_square_scale),
+        float(softcap or 0.0),
+        REDUCTIONS[reduction],
+        bool(use_token_scaling),
+        int(chunk_rows or 0),
+        int(memory_budget or 0),
+        dw_accumulation == "fp32",
+        bool(return_predicted_tokens),
+        *need,
+    )
     if reduction == "none":
         loss, z_loss, acc = (t.view(target.shape) for t in (loss, z_loss, acc))
     if return_predicted_tokens:

@@ -24,16 +24,20 @@ class LayerNormParams(ctypes.Structure):  # tigon_layer_norm_params
 _T = _lib.TENSOR_P
 _fwd = _lib.declare("tigon_layer_norm_fwd", [_T, _T, _T, _T, _T, _T, LayerNormParams, ctypes.c_void_p])
 _bwd_workspace_size = _lib.declare("tigon_layer_norm_bwd_workspace_size", [_T, ctypes.POINTER(ctypes.c_size_t)])
-_bwd = _lib.declare("tigon_layer_norm_bwd",
-                    [_T, _T, _T, _T, _T, _T, _T, _T, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+_bwd = _lib.declare(
+    "tigon_layer_norm_bwd", [_T, _T, _T, _T, _T, _T, _T, _T, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+)
+
 
 def _check_args(x, weight, bias, eps) -> None:
     """What the C API cannot see: Python types. It checks dtypes, shapes, strides, devices and eps itself, naming
     the argument (a dtype error arrives as a TypeError)."""
     for arg, t in (("x", x), ("weight", weight), ("bias", bias)):
         if not isinstance(t, torch.Tensor) and (t is not None or arg == "x"):
-            raise TypeError(f"layer_norm: argument '{arg}' must be a torch.Tensor{'' if arg == 'x' else ' or None'}, "
-                            f"got {type(t).__name__}")
+            raise TypeError(
+                f"layer_norm: argument '{arg}' must be a torch.Tensor{'' if arg == 'x' else ' or None'}, "
+                f"got {type(t).__name__}"
+            )
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise ValueError(f"layer_norm: argument 'eps' must be a finite number >= 0, got {eps!r}")
 
@@ -47,8 +51,18 @@ def _fwd_impl(x, weight, bias, eps: float):
     y = torch.empty_like(x, memory_format=_CONTIGUOUS)
     mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     rstd = torch.empty_like(mean)
-    _lib.check(_fwd(_lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(bias), _lib.tensor_arg(y),
-                    _lib.tensor_arg(mean), _lib.tensor_arg(rstd), LayerNormParams(eps), _lib.stream_of(x)))
+    _lib.check(
+        _fwd(
+            _lib.tensor_arg(x),
+            _lib.tensor_arg(weight),
+            _lib.tensor_arg(bias),
+            _lib.tensor_arg(y),
+            _lib.tensor_arg(mean),
+            _lib.tensor_arg(rstd),
+            LayerNormParams(eps),
+            _lib.stream_of(x),
+        )
+    )
     return y, mean, rstd
 
 
@@ -72,10 +86,21 @@ def _workspace(x: torch.Tensor) -> tuple[torch.Tensor | None, int]:
 
 def _bwd_launch(dy, x, weight, mean, rstd, dx, dw, db) -> None:
     ws, nbytes = _workspace(x) if (dw is not None or db is not None) else (None, 0)
-    _lib.check(_bwd(
-        _lib.tensor_arg(dy), _lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(mean), _lib.tensor_arg(rstd),
-        _lib.tensor_arg(dx), _lib.tensor_arg(dw), _lib.tensor_arg(db), None if ws is None else ws.data_ptr(), nbytes,
-        _lib.stream_of(x)))
+    _lib.check(
+        _bwd(
+            _lib.tensor_arg(dy),
+            _lib.tensor_arg(x),
+            _lib.tensor_arg(weight),
+            _lib.tensor_arg(mean),
+            _lib.tensor_arg(rstd),
+            _lib.tensor_arg(dx),
+            _lib.tensor_arg(dw),
+            _lib.tensor_arg(db),
+            None if ws is None else ws.data_ptr(),
+            nbytes,
+            _lib.stream_of(x),
+        )
+    )
 
 
 def _empty_grad(x, param, need):
@@ -106,10 +131,14 @@ def _bwd_inplace_impl(dy, x, weight, bias, mean, rstd, need_dw: bool, need_db: b
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
 _LIB.define("layer_norm_fwd(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)")
-_LIB.define("layer_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd, "
-            "bool need_dw, bool need_db) -> (Tensor, Tensor, Tensor)")
-_LIB.define("layer_norm_bwd_(Tensor(a!) dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd, "
-            "bool need_dw, bool need_db) -> (Tensor, Tensor)")
+_LIB.define(
+    "layer_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd, "
+    "bool need_dw, bool need_db) -> (Tensor, Tensor, Tensor)"
+)
+_LIB.define(
+    "layer_norm_bwd_(Tensor(a!) dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd, "
+    "bool need_dw, bool need_db) -> (Tensor, Tensor)"
+)
 for _key in ("CPU", "CUDA"):
     _LIB.impl("layer_norm_fwd", _fwd_impl, _key)
     _LIB.impl("layer_norm_bwd", _bwd_impl, _key)
@@ -124,8 +153,11 @@ def _fwd_fake(x, weight, bias, eps):
 
 @torch.library.register_fake("tigon::layer_norm_bwd")
 def _bwd_fake(dy, x, weight, bias, mean, rstd, need_dw, need_db):
-    return (torch.empty_like(x, memory_format=_CONTIGUOUS), _empty_grad(x, weight, need_dw),
-            _empty_grad(x, bias, need_db))
+    return (
+        torch.empty_like(x, memory_format=_CONTIGUOUS),
+        _empty_grad(x, weight, need_dw),
+        _empty_grad(x, bias, need_db),
+    )
 
 
 @torch.library.register_fake("tigon::layer_norm_bwd_")
@@ -134,6 +166,7 @@ def _bwd_inplace_fake(dy, x, weight, bias, mean, rstd, need_dw, need_db):
 
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
+
 
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
@@ -166,8 +199,13 @@ class _LayerNorm(torch.autograd.Function):
         return dx, (dw if need_dw else None), (db if need_db else None), None, None
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5, in_place: bool = False) -> torch.Tensor:
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    in_place: bool = False,
+) -> torch.Tensor:
     """LayerNorm over the last dimension: ``(x - mean) * rsqrt(var + eps) * weight + bias`` with the biased variance,
     as torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps).
 

@@ -26,8 +26,9 @@ class RMSNormParams(ctypes.Structure):  # tigon_rms_norm_params
 _T = _lib.TENSOR_P
 _fwd = _lib.declare("tigon_rms_norm_fwd", [_T, _T, _T, _T, RMSNormParams, ctypes.c_void_p])
 _bwd_workspace_size = _lib.declare("tigon_rms_norm_bwd_workspace_size", [_T, _T, ctypes.POINTER(ctypes.c_size_t)])
-_bwd = _lib.declare("tigon_rms_norm_bwd",
-                    [_T, _T, _T, _T, _T, _T, RMSNormParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+_bwd = _lib.declare(
+    "tigon_rms_norm_bwd", [_T, _T, _T, _T, _T, _T, RMSNormParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+)
 
 
 def _out_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype | None, mode: int) -> torch.dtype:
@@ -46,8 +47,9 @@ def _check_args(x, weight, casting_mode) -> int:
         raise TypeError(f"rms_norm: argument 'weight' must be a torch.Tensor or None, got {type(weight).__name__}")
     mode = CASTING_MODES.get(casting_mode) if isinstance(casting_mode, str) else None
     if mode is None:
-        raise ValueError(f"rms_norm: argument 'casting_mode' must be one of {sorted(CASTING_MODES)}, "
-                         f"got {casting_mode!r}")
+        raise ValueError(
+            f"rms_norm: argument 'casting_mode' must be one of {sorted(CASTING_MODES)}, got {casting_mode!r}"
+        )
     return mode
 
 
@@ -57,11 +59,20 @@ _CONTIGUOUS = torch.contiguous_format
 
 
 def _fwd_impl(x, weight, eps: float, offset: float, mode: int):
-    y = torch.empty_like(x, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, mode),
-                         memory_format=_CONTIGUOUS)
+    y = torch.empty_like(
+        x, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, mode), memory_format=_CONTIGUOUS
+    )
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    _lib.check(_fwd(_lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(y),
-                                           _lib.tensor_arg(rstd), RMSNormParams(eps, offset, mode), _lib.stream_of(x)))
+    _lib.check(
+        _fwd(
+            _lib.tensor_arg(x),
+            _lib.tensor_arg(weight),
+            _lib.tensor_arg(y),
+            _lib.tensor_arg(rstd),
+            RMSNormParams(eps, offset, mode),
+            _lib.stream_of(x),
+        )
+    )
     return y, rstd
 
 
@@ -76,8 +87,7 @@ def _workspace(x: torch.Tensor, weight: torch.Tensor | None) -> tuple[torch.Tens
     nbytes = _workspace_bytes_cache.get(key)
     if nbytes is None:
         size = ctypes.c_size_t(0)
-        _lib.check(_bwd_workspace_size(_lib.tensor_arg(x), _lib.tensor_arg(weight),
-                                                              ctypes.byref(size)))
+        _lib.check(_bwd_workspace_size(_lib.tensor_arg(x), _lib.tensor_arg(weight), ctypes.byref(size)))
         nbytes = _workspace_bytes_cache[key] = size.value
     if nbytes == 0:
         return None, 0
@@ -86,10 +96,20 @@ def _workspace(x: torch.Tensor, weight: torch.Tensor | None) -> tuple[torch.Tens
 
 def _bwd_launch(dy, x, weight, rstd, dx, dw, offset: float, mode: int) -> None:
     ws, nbytes = _workspace(x, weight if dw is not None else None)
-    _lib.check(_bwd(
-        _lib.tensor_arg(dy), _lib.tensor_arg(x), _lib.tensor_arg(weight), _lib.tensor_arg(rstd),
-        _lib.tensor_arg(dx), _lib.tensor_arg(dw), RMSNormParams(0.0, offset, mode),
-        None if ws is None else ws.data_ptr(), nbytes, _lib.stream_of(x)))
+    _lib.check(
+        _bwd(
+            _lib.tensor_arg(dy),
+            _lib.tensor_arg(x),
+            _lib.tensor_arg(weight),
+            _lib.tensor_arg(rstd),
+            _lib.tensor_arg(dx),
+            _lib.tensor_arg(dw),
+            RMSNormParams(0.0, offset, mode),
+            None if ws is None else ws.data_ptr(),
+            nbytes,
+            _lib.stream_of(x),
+        )
+    )
 
 
 def _empty_dw(x, weight, need_dw):
@@ -115,10 +135,14 @@ def _bwd_inplace_impl(dy, x, weight, rstd, offset: float, mode: int, need_dw: bo
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
 _LIB.define("rms_norm_fwd(Tensor x, Tensor? weight, float eps, float offset, int casting_mode) -> (Tensor, Tensor)")
-_LIB.define("rms_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
-            "bool need_dw) -> (Tensor, Tensor)")
-_LIB.define("rms_norm_bwd_(Tensor(a!) dy, Tensor x, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
-            "bool need_dw) -> Tensor")
+_LIB.define(
+    "rms_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
+    "bool need_dw) -> (Tensor, Tensor)"
+)
+_LIB.define(
+    "rms_norm_bwd_(Tensor(a!) dy, Tensor x, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
+    "bool need_dw) -> Tensor"
+)
 for _key in ("CPU", "CUDA"):
     _LIB.impl("rms_norm_fwd", _fwd_impl, _key)
     _LIB.impl("rms_norm_bwd", _bwd_impl, _key)
@@ -142,6 +166,7 @@ def _bwd_inplace_fake(dy, x, weight, rstd, offset, casting_mode, need_dw):
 
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
+
 
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
@@ -184,22 +209,30 @@ def _rms_norm_dtensor(x, weight, eps, offset, casting_mode, in_place):
     on its local rows with a replicated weight; the weight's gradient is then a partial sum over the ranks that hold
     different rows. Anything else is refused with what to do instead."""
     if not isinstance(x, DTensor):
-        raise TypeError("rms_norm: argument 'weight' is a DTensor but x is a plain tensor: pass x as a DTensor on "
-                        "weight's mesh, or weight.full_tensor()")
+        raise TypeError(
+            "rms_norm: argument 'weight' is a DTensor but x is a plain tensor: pass x as a DTensor on "
+            "weight's mesh, or weight.full_tensor()"
+        )
     if weight is not None and not isinstance(weight, DTensor):
-        raise TypeError("rms_norm: argument 'x' is a DTensor but weight is a plain tensor: distribute weight "
-                        "replicated on x's mesh (distribute_tensor(weight, mesh, [Replicate()])), or pass x.full_tensor()")
+        raise TypeError(
+            "rms_norm: argument 'x' is a DTensor but weight is a plain tensor: distribute weight "
+            "replicated on x's mesh (distribute_tensor(weight, mesh, [Replicate()])), or pass x.full_tensor()"
+        )
     last = x.dim() - 1
     for p in x.placements:
         if isinstance(p, Partial) or (isinstance(p, Shard) and p.dim % x.dim() == last):
-            raise TypeError(f"rms_norm: argument 'x' is a DTensor placed {x.placements}: the norm needs whole rows "
-                            "(the last dimension on one rank, no pending partial sums); redistribute x to Shard a "
-                            "leading dimension or Replicate, or pass x.full_tensor()")
+            raise TypeError(
+                f"rms_norm: argument 'x' is a DTensor placed {x.placements}: the norm needs whole rows "
+                "(the last dimension on one rank, no pending partial sums); redistribute x to Shard a "
+                "leading dimension or Replicate, or pass x.full_tensor()"
+            )
     if weight is not None:
         if weight.device_mesh != x.device_mesh or not all(isinstance(p, Replicate) for p in weight.placements):
-            raise TypeError(f"rms_norm: argument 'weight' is a DTensor placed {weight.placements}: every rank needs "
-                            "the whole weight, replicated on x's mesh (an FSDP2 parameter is only whole inside its "
-                            "module's forward); pass weight.full_tensor() or redistribute it to Replicate()")
+            raise TypeError(
+                f"rms_norm: argument 'weight' is a DTensor placed {weight.placements}: every rank needs "
+                "the whole weight, replicated on x's mesh (an FSDP2 parameter is only whole inside its "
+                "module's forward); pass weight.full_tensor() or redistribute it to Replicate()"
+            )
         grad = [Partial() if isinstance(p, Shard) else Replicate() for p in x.placements]
         weight = weight.to_local(grad_placements=grad)
     y = rms_norm(x.to_local(), weight, eps, offset, casting_mode, in_place)
@@ -209,8 +242,14 @@ def _rms_norm_dtensor(x, weight, eps, offset, casting_mode, in_place):
     return DTensor.from_local(y, x.device_mesh, x.placements, shape=x.shape, stride=tuple(strides))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, offset: float = 0.0,
-             casting_mode: str = "llama", in_place: bool = False) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> torch.Tensor:
     """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2) + eps) * (offset + weight)``.
 
     casting_mode follows Hugging Face: "llama" (LlamaRMSNorm: only rstd in fp32, x*rstd cast back to x's dtype before

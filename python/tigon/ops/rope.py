@@ -35,6 +35,7 @@ _qk_bwd = _lib.declare("tigon_rope_qk_bwd", [_T, _T, _T, _T, _T, _T, RopeParams,
 
 # ---- argument checks ----------------------------------------------------------------------------------------------
 
+
 def _check_tensor(t, arg: str) -> None:
     # Dtypes, strides and devices: the C API, naming the argument. Shapes are read here (and by the fakes).
     if not isinstance(t, torch.Tensor):
@@ -55,8 +56,10 @@ def _check_args(q, k, cos, sin, layout, interleaved):
     t_dim = 2 if layout == "bhtd" else 1
     batch, seq, head_dim = q.shape[0], q.shape[t_dim], q.shape[3]
     if k.shape[0] != batch or k.shape[t_dim] != seq or k.shape[3] != head_dim:
-        raise ValueError(f"rope: argument 'k' must match q's batch, seq_len and head_dim in layout {layout!r}: q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}")
+        raise ValueError(
+            f"rope: argument 'k' must match q's batch, seq_len and head_dim in layout {layout!r}: q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}"
+        )
     if cos.dim() == 2:  # (T, R): one table for the whole batch
         cos = cos.unsqueeze(0)
     if sin.dim() == 2:
@@ -66,26 +69,47 @@ def _check_args(q, k, cos, sin, layout, interleaved):
     if sin.shape != cos.shape:
         raise ValueError(f"rope: argument 'sin' must have cos's shape {tuple(cos.shape)}, got {tuple(sin.shape)}")
     if cos.shape[0] not in (1, batch) or cos.shape[1] != seq:
-        raise ValueError(f"rope: argument 'cos' must be ({batch} or 1, {seq}, rotary_dim) for q {tuple(q.shape)} in "
-                         f"layout {layout!r}, got {tuple(cos.shape)}")
+        raise ValueError(
+            f"rope: argument 'cos' must be ({batch} or 1, {seq}, rotary_dim) for q {tuple(q.shape)} in "
+            f"layout {layout!r}, got {tuple(cos.shape)}"
+        )
     rotary = cos.shape[2]
     if rotary < 2 or rotary % 2 or rotary > head_dim:
-        raise ValueError(f"rope: argument 'cos' has rotary dim {rotary}; it must be even and in [2, head_dim = "
-                         f"{head_dim}]")
+        raise ValueError(
+            f"rope: argument 'cos' has rotary dim {rotary}; it must be even and in [2, head_dim = {head_dim}]"
+        )
     return cos, sin, LAYOUTS[layout]
 
 
 # ---- launchers: allocate outputs with torch's allocator, call the C API on torch's current stream -------------------
 
+
 def _launch(fn, x, cos, sin, out, layout: int, interleaved: bool) -> None:
-    _lib.check(fn(_lib.tensor_arg(x), _lib.tensor_arg(cos), _lib.tensor_arg(sin), _lib.tensor_arg(out),
-                  RopeParams(int(interleaved), layout), _lib.stream_of(x)))
+    _lib.check(
+        fn(
+            _lib.tensor_arg(x),
+            _lib.tensor_arg(cos),
+            _lib.tensor_arg(sin),
+            _lib.tensor_arg(out),
+            RopeParams(int(interleaved), layout),
+            _lib.stream_of(x),
+        )
+    )
 
 
 def _launch_qk(fn, q, k, cos, sin, q_out, k_out, layout: int, interleaved: bool) -> None:
-    _lib.check(fn(_lib.tensor_arg(q), _lib.tensor_arg(k), _lib.tensor_arg(cos), _lib.tensor_arg(sin),
-                  _lib.tensor_arg(q_out), _lib.tensor_arg(k_out), RopeParams(int(interleaved), layout),
-                  _lib.stream_of(q)))
+    _lib.check(
+        fn(
+            _lib.tensor_arg(q),
+            _lib.tensor_arg(k),
+            _lib.tensor_arg(cos),
+            _lib.tensor_arg(sin),
+            _lib.tensor_arg(q_out),
+            _lib.tensor_arg(k_out),
+            RopeParams(int(interleaved), layout),
+            _lib.stream_of(q),
+        )
+    )
 
 
 def _qk_new(fn, a, b, cos, sin, layout: int, interleaved: bool):
@@ -138,11 +162,11 @@ _LIB.define("rope_fwd(Tensor x, Tensor cos, Tensor sin, int layout, bool interle
 _LIB.define("rope_fwd_(Tensor(a!) x, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
 _LIB.define("rope_bwd(Tensor dy, Tensor cos, Tensor sin, int layout, bool interleaved) -> Tensor")
 _LIB.define("rope_bwd_(Tensor(a!) dy, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
-_LIB.define("rope_qk_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, int layout, bool interleaved) -> "
-            "(Tensor, Tensor)")
+_LIB.define("rope_qk_fwd(Tensor q, Tensor k, Tensor cos, Tensor sin, int layout, bool interleaved) -> (Tensor, Tensor)")
 _LIB.define("rope_qk_fwd_(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
-_LIB.define("rope_qk_bwd(Tensor dq, Tensor dk, Tensor cos, Tensor sin, int layout, bool interleaved) -> "
-            "(Tensor, Tensor)")
+_LIB.define(
+    "rope_qk_bwd(Tensor dq, Tensor dk, Tensor cos, Tensor sin, int layout, bool interleaved) -> (Tensor, Tensor)"
+)
 _LIB.define("rope_qk_bwd_(Tensor(a!) dq, Tensor(b!) dk, Tensor cos, Tensor sin, int layout, bool interleaved) -> ()")
 for _key in ("CPU", "CUDA"):
     _LIB.impl("rope_qk_fwd", _qk_fwd_impl, _key)
@@ -196,6 +220,7 @@ def _bwd_inplace_fake(dy, cos, sin, layout, interleaved):
 
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
+
 
 def _rotate_grad(g, cos, sin, layout: int, interleaved: bool, in_place: bool):
     # contiguous(): a sum()'s gradient is a stride-0 expansion, which neither kernel reads nor takes a result in place.
@@ -260,8 +285,15 @@ class _Rope(torch.autograd.Function):
         return dq, dk, None, None, None, None, None
 
 
-def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "bhtd",
-         interleaved: bool = False, in_place: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str = "bhtd",
+    interleaved: bool = False,
+    in_place: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary position embedding of q and k, as Hugging Face's apply_rotary_pos_emb: ``x * cos + rotate(x) * sin``.
 
     q is (B, Hq, T, D) and k (B, Hk, T, D) for layout="bhtd", or (B, T, H, D) for "bthd"; Hq != Hk is fine (GQA).

@@ -25,8 +25,11 @@ _GELU_APPROXIMATE = {"tanh": "gelu_tanh", "none": "gelu_erf"}  # F.gelu's approx
 
 
 class SwigluParams(ctypes.Structure):  # tigon_swiglu_params
-    _fields_ = [("activation", ctypes.c_int32), ("gate_multiplier", ctypes.c_float),
-                ("down_multiplier", ctypes.c_float)]
+    _fields_ = [
+        ("activation", ctypes.c_int32),
+        ("gate_multiplier", ctypes.c_float),
+        ("down_multiplier", ctypes.c_float),
+    ]
 
 
 _T = _lib.TENSOR_P
@@ -35,6 +38,7 @@ _bwd = _lib.declare("tigon_swiglu_bwd", [_T, _T, _T, _T, _T, SwigluParams, ctype
 
 
 # ---- argument checks ----------------------------------------------------------------------------------------------
+
 
 def _check_tensor(t, arg: str, op: str) -> None:
     # Dtypes, strides and devices: the C API, naming the argument. The shape is read here (and by the fakes).
@@ -55,15 +59,19 @@ def _check_pair(a, b, in_place, op: str) -> None:
         refuse_leaf(b, "b", op)
     # data pointers are not traceable: under torch.compile only the same tensor object is caught
     if in_place and (a is b or (not compiling() and a.numel() and a.data_ptr() == b.data_ptr())):
-        raise ValueError(f"{op}: argument 'in_place' needs a and b in separate memory (da and db are written over "
-                         f"them), but they share their first element")
+        raise ValueError(
+            f"{op}: argument 'in_place' needs a and b in separate memory (da and db are written over "
+            f"them), but they share their first element"
+        )
 
 
 def _check_gate_up(gate_up, in_place, op: str) -> None:
     _check_tensor(gate_up, "gate_up", op)
     if gate_up.shape[-1] % 2:
-        raise ValueError(f"{op}: argument 'gate_up' needs an even last dimension (gate and up halves), got shape "
-                         f"{tuple(gate_up.shape)}")
+        raise ValueError(
+            f"{op}: argument 'gate_up' needs an even last dimension (gate and up halves), got shape "
+            f"{tuple(gate_up.shape)}"
+        )
     _check_in_place(in_place, op)
     if in_place:
         refuse_leaf(gate_up, "gate_up", op)
@@ -94,6 +102,7 @@ def _gelu_activation(approximate, op: str) -> int:
 
 # ---- launchers: allocate outputs with torch's allocator, call the C API on torch's current stream -------------------
 
+
 def _halves(gate_up: torch.Tensor):
     half = gate_up.shape[-1] // 2
     return gate_up[..., :half], gate_up[..., half:]
@@ -102,15 +111,27 @@ def _halves(gate_up: torch.Tensor):
 def _launch_fwd(a, b, c, act: int, gate: float = 1.0, down: float = 1.0) -> None:
     if a.numel() == 0:  # nothing to do, and empty tensors may carry strides no row view describes
         return
-    _lib.check(_fwd(_lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(c), SwigluParams(act, gate, down),
-                    _lib.stream_of(a)))
+    _lib.check(
+        _fwd(
+            _lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(c), SwigluParams(act, gate, down), _lib.stream_of(a)
+        )
+    )
 
 
 def _launch_bwd(dc, a, b, da, db, act: int, gate: float = 1.0, down: float = 1.0) -> None:
     if a.numel() == 0:
         return
-    _lib.check(_bwd(_lib.tensor_arg(dc), _lib.tensor_arg(a), _lib.tensor_arg(b), _lib.tensor_arg(da),
-                    _lib.tensor_arg(db), SwigluParams(act, gate, down), _lib.stream_of(a)))
+    _lib.check(
+        _bwd(
+            _lib.tensor_arg(dc),
+            _lib.tensor_arg(a),
+            _lib.tensor_arg(b),
+            _lib.tensor_arg(da),
+            _lib.tensor_arg(db),
+            SwigluParams(act, gate, down),
+            _lib.stream_of(a),
+        )
+    )
 
 
 def _fwd_impl(a, b, act: int, gate: float = 1.0, down: float = 1.0):
@@ -131,8 +152,11 @@ def _bwd_inplace_impl(dc, a, b, act: int, gate: float = 1.0, down: float = 1.0) 
 
 def _gate_up_error(e: _lib.TigonArgumentError) -> _lib.TigonArgumentError:
     # The C API sees gate_up as its halves a and b: name the argument the caller passed.
-    msg = str(e).replace("argument 'a'", "argument 'gate_up' (gate half)").replace("argument 'b'",
-                                                                                   "argument 'gate_up' (up half)")
+    msg = (
+        str(e)
+        .replace("argument 'a'", "argument 'gate_up' (gate half)")
+        .replace("argument 'b'", "argument 'gate_up' (up half)")
+    )
     return type(e)(msg)
 
 
@@ -211,6 +235,7 @@ def _fused_bwd_inplace_fake(dc, gate_up, activation, gate=1.0, down=1.0):
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
 
+
 def _grad_rows(dc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # The kernel needs real rows in the inputs' dtype: y.sum() hands backward a stride-0 expanded gradient.
     # contiguous() is free when dc is contiguous, and traceable (torch < 2.7 refuses stride reads in backward).
@@ -282,8 +307,10 @@ class _FusedGLU(torch.autograd.Function):
 
 # ---- public functions -------------------------------------------------------------------------------------------------
 
-def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False, gate_multiplier: float = 1.0,
-           down_multiplier: float = 1.0) -> torch.Tensor:
+
+def swiglu(
+    a: torch.Tensor, b: torch.Tensor, in_place: bool = False, gate_multiplier: float = 1.0, down_multiplier: float = 1.0
+) -> torch.Tensor:
     """SwiGLU: ``F.silu(a) * b`` in one kernel, fp32 math rounded to the dtype where that expression rounds (silu(a),
     then the product), so it matches Hugging Face's MLP bit for bit but for fp32 ulps. a and b: [..., I], same shape
     and dtype (fp32/fp16/bf16), last dimension contiguous, rows of any stride; CPU or CUDA. in_place=True writes the
@@ -295,8 +322,14 @@ def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False, gate_multip
     return _GLU.apply(a, b, ACTIVATIONS["silu"], in_place, *mult)
 
 
-def geglu(a: torch.Tensor, b: torch.Tensor, approximate: str = "tanh", in_place: bool = False,
-          gate_multiplier: float = 1.0, down_multiplier: float = 1.0) -> torch.Tensor:
+def geglu(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    approximate: str = "tanh",
+    in_place: bool = False,
+    gate_multiplier: float = 1.0,
+    down_multiplier: float = 1.0,
+) -> torch.Tensor:
     """GeGLU: ``F.gelu(a, approximate=approximate) * b`` ("tanh" as in Gemma, or "none" for the erf form); otherwise
     as swiglu()."""
     act = _gelu_activation(approximate, "geglu")
@@ -305,8 +338,9 @@ def geglu(a: torch.Tensor, b: torch.Tensor, approximate: str = "tanh", in_place:
     return _GLU.apply(a, b, act, in_place, *mult)
 
 
-def swiglu_fused(gate_up: torch.Tensor, in_place: bool = False, gate_multiplier: float = 1.0,
-                 down_multiplier: float = 1.0) -> torch.Tensor:
+def swiglu_fused(
+    gate_up: torch.Tensor, in_place: bool = False, gate_multiplier: float = 1.0, down_multiplier: float = 1.0
+) -> torch.Tensor:
     """SwiGLU over a fused projection [..., 2I]: ``a, b = gate_up.chunk(2, dim=-1); F.silu(a) * b`` (Phi-3's order).
     The backward returns d(gate_up); in_place=True writes it over gate_up. Otherwise as swiglu()."""
     mult = _check_multipliers(gate_multiplier, down_multiplier, "swiglu_fused")
@@ -314,8 +348,13 @@ def swiglu_fused(gate_up: torch.Tensor, in_place: bool = False, gate_multiplier:
     return _FusedGLU.apply(gate_up, ACTIVATIONS["silu"], in_place, *mult)
 
 
-def geglu_fused(gate_up: torch.Tensor, approximate: str = "tanh", in_place: bool = False,
-                gate_multiplier: float = 1.0, down_multiplier: float = 1.0) -> torch.Tensor:
+def geglu_fused(
+    gate_up: torch.Tensor,
+    approximate: str = "tanh",
+    in_place: bool = False,
+    gate_multiplier: float = 1.0,
+    down_multiplier: float = 1.0,
+) -> torch.Tensor:
     """GeGLU over a fused projection [..., 2I]; otherwise as swiglu_fused()."""
     act = _gelu_activation(approximate, "geglu_fused")
     mult = _check_multipliers(gate_multiplier, down_multiplier, "geglu_fused")

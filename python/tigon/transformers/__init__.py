@@ -21,8 +21,10 @@ on the "tigon.transformers" logger.
 try:
     import transformers as _transformers  # noqa: F401  (checked first: the error below says what to install)
 except ImportError as _e:
-    raise ImportError("tigon.transformers needs Hugging Face transformers, which is not installed: "
-                      "pip install 'tigon[hf]' (from a checkout: pip install \".[hf]\")") from _e
+    raise ImportError(
+        "tigon.transformers needs Hugging Face transformers, which is not installed: "
+        "pip install 'tigon[hf]' (from a checkout: pip install \".[hf]\")"
+    ) from _e
 
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES
 from tigon.transformers._patch import apply, patch, revert
@@ -32,15 +34,25 @@ SUPPORTED_MODEL_TYPES = tuple(sorted(BY_MODEL_TYPE))
 
 
 def _entry(name: str):
-    def apply_tigon(rope: bool = True, rms_norm: bool = True, swiglu: bool = True, cross_entropy: bool = False,
-                    fused_linear_cross_entropy: bool = True, model=None, geglu: bool | None = None,
-                    check_targets: bool = False):
-        return apply(name, rope, rms_norm, swiglu, cross_entropy, fused_linear_cross_entropy, model, geglu,
-                     check_targets)
+    def apply_tigon(
+        rope: bool = True,
+        rms_norm: bool = True,
+        swiglu: bool = True,
+        cross_entropy: bool = False,
+        fused_linear_cross_entropy: bool = True,
+        model=None,
+        geglu: bool | None = None,
+        check_targets: bool = False,
+    ):
+        return apply(
+            name, rope, rms_norm, swiglu, cross_entropy, fused_linear_cross_entropy, model, geglu, check_targets
+        )
 
     apply_tigon.__name__ = apply_tigon.__qualname__ = f"apply_tigon_to_{name}"
-    apply_tigon.__doc__ = (f"Tigon for transformers' {FAMILIES[name].prefix} models: class level without model=, "
-                           f"instance level with it (see tigon.transformers).")
+    apply_tigon.__doc__ = (
+        f"Tigon for transformers' {FAMILIES[name].prefix} models: class level without model=, "
+        f"instance level with it (see tigon.transformers)."
+    )
     return apply_tigon
 
 
@@ -57,12 +69,14 @@ apply_tigon_to_phi3 = _entry("phi3")
 apply_tigon_to_olmo2 = _entry("olmo2")
 apply_tigon_to_granite = _entry("granite")
 
-__all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "TigonCallback", "patch", "revert"] + [f"apply_tigon_to_{n}"
-                                                                                for n in FAMILIES]
+__all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "TigonCallback", "patch", "revert"] + [
+    f"apply_tigon_to_{n}" for n in FAMILIES
+]
 
 
 def __getattr__(name: str):
     if name == "TigonCallback":  # imported on use: transformers' trainer modules are heavier than the models'
         from tigon.transformers.trainer import TigonCallback
+
         return TigonCallback
     raise AttributeError(f"module 'tigon.transformers' has no attribute {name!r}")

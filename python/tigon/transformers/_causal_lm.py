@@ -32,6 +32,7 @@ from tigon.transformers._families import Family
 try:  # transformers >= 5.2x; older releases slice inline (the 2-D tensor forms came with the helper)
     from transformers.modeling_utils import slice_logits_to_keep
 except ImportError:
+
     def slice_logits_to_keep(hidden_states: torch.Tensor, logits_to_keep) -> torch.Tensor:
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         return hidden_states[:, keep, :]
@@ -49,8 +50,17 @@ def _divide(loss, num_items_in_batch):
     return loss / num_items_in_batch
 
 
-def fused_loss(model, family: Family, hidden: torch.Tensor, labels, num_items_in_batch=None, ignore_index=-100,
-               shift_labels=None, check_targets=False, **_) -> torch.Tensor:
+def fused_loss(
+    model,
+    family: Family,
+    hidden: torch.Tensor,
+    labels,
+    num_items_in_batch=None,
+    ignore_index=-100,
+    shift_labels=None,
+    check_targets=False,
+    **_,
+) -> torch.Tensor:
     """ForCausalLMLoss(lm_head(hidden) [softcapped / scaled as the family does], labels) without the logits."""
     target = _shifted_targets(labels, hidden.device, ignore_index, shift_labels)
     x = hidden.reshape(-1, hidden.shape[-1])
@@ -60,19 +70,39 @@ def fused_loss(model, family: Family, hidden: torch.Tensor, labels, num_items_in
     softcap = getattr(config, "final_logit_softcapping", None) if family.softcap else None
     weight, bias = model.lm_head.weight, model.lm_head.bias
     reduction = "mean" if num_items_in_batch is None else "sum"
-    loss = fused_linear_cross_entropy(x, weight, target, bias, ignore_index=ignore_index, softcap=softcap,
-                                      reduction=reduction, check_targets=check_targets)
+    loss = fused_linear_cross_entropy(
+        x,
+        weight,
+        target,
+        bias,
+        ignore_index=ignore_index,
+        softcap=softcap,
+        reduction=reduction,
+        check_targets=check_targets,
+    )
     return loss if num_items_in_batch is None else _divide(loss, num_items_in_batch)
 
 
-def logits_loss(logits: torch.Tensor, labels, num_items_in_batch=None, ignore_index=-100, shift_labels=None,
-                check_targets=False, **_) -> torch.Tensor:
+def logits_loss(
+    logits: torch.Tensor,
+    labels,
+    num_items_in_batch=None,
+    ignore_index=-100,
+    shift_labels=None,
+    check_targets=False,
+    **_,
+) -> torch.Tensor:
     """ForCausalLMLoss on materialised logits with Tigon's cross entropy (fp32 math on logits of any float dtype,
     so no fp32 copy of them; not in place: the logits go back to the caller)."""
     target = _shifted_targets(labels, logits.device, ignore_index, shift_labels)
     reduction = "mean" if num_items_in_batch is None else "sum"
-    loss = cross_entropy(logits.reshape(-1, logits.shape[-1]), target, ignore_index=ignore_index, reduction=reduction,
-                         check_targets=check_targets)
+    loss = cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        target,
+        ignore_index=ignore_index,
+        reduction=reduction,
+        check_targets=check_targets,
+    )
     return loss if num_items_in_batch is None else _divide(loss, num_items_in_batch)
 
 
@@ -89,8 +119,10 @@ def _fusable(model) -> bool:
 
 
 # the output classes' field names, read once here: torch.compile cannot trace dataclasses.fields
-_FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls))
-           for cls in (CausalLMOutputWithPast, MoeCausalLMOutputWithPast)}
+_FIELDS = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls))
+    for cls in (CausalLMOutputWithPast, MoeCausalLMOutputWithPast)
+}
 
 
 def _output(cls, outputs, **fields):
@@ -120,8 +152,9 @@ def _fused_forward(model, family: Family, balance, kwargs: dict, check_targets: 
         return _finish(model, _output(CausalLMOutputWithPast, outputs, loss=loss, logits=None), return_dict)
     aux_loss = None
     if kwargs["output_router_logits"]:
-        aux_loss = balance(outputs.router_logits, model.num_experts, model.num_experts_per_tok,
-                           kwargs.get("attention_mask"))
+        aux_loss = balance(
+            outputs.router_logits, model.num_experts, model.num_experts_per_tok, kwargs.get("attention_mask")
+        )
         loss = loss + model.router_aux_loss_coef * aux_loss.to(loss.device)
     out = _output(MoeCausalLMOutputWithPast, outputs, loss=loss, aux_loss=aux_loss, logits=None)
     return _finish(model, out, return_dict)
@@ -151,7 +184,7 @@ def make_forward(original, family: Family, fused: bool, ce: bool, check_targets:
 
     @functools.wraps(original)  # keeps the signature (with **kwargs) that the Trainer inspects for loss kwargs
     def forward(self, *args, **kwargs):
-        if len(args) > len(positional) or any(name in kwargs for name in positional[:len(args)]):
+        if len(args) > len(positional) or any(name in kwargs for name in positional[: len(args)]):
             return original(self, *args, **kwargs)  # let transformers raise its own TypeError
         kwargs.update(zip(positional, args))
         if kwargs.get("labels") is None or not _hf_loss(self):

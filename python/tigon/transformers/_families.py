@@ -19,40 +19,59 @@ NORMS = {
 
 @dataclass(frozen=True)
 class Family:
-    name: str                      # apply_tigon_to_<name>; transformers.models.<name>
-    prefix: str                    # class-name prefix in the modeling module
-    model_types: tuple[str, ...]   # config.model_type values patch() maps here
-    norm: str = "llama"            # key of NORMS
+    name: str  # apply_tigon_to_<name>; transformers.models.<name>
+    prefix: str  # class-name prefix in the modeling module
+    model_types: tuple[str, ...]  # config.model_type values patch() maps here
+    norm: str = "llama"  # key of NORMS
     # dX written over dY in the RMSNorm backward: only safe where no norm's output feeds a residual add directly
     # (pre-norm blocks). Sandwich norms (Gemma 2/3) and post-norms (OLMo 2) share dY with the residual branch.
     norm_in_place: bool = True
-    mlp: str | None = "llama"      # "llama" (gate/up/down), "gemma" (GeGLU, no bias), "phi3" (fused gate_up), None
-    mlp_bias: bool = False         # the family's MLP takes config.mlp_bias (else never biased)
-    act_attr: str = "hidden_act"   # config attribute naming the MLP activation
-    experts: bool = False          # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate
-    softcap: bool = False          # config.final_logit_softcapping applies to the logits
-    logits_scaling: bool = False   # logits divided by config.logits_scaling (Granite)
+    mlp: str | None = "llama"  # "llama" (gate/up/down), "gemma" (GeGLU, no bias), "phi3" (fused gate_up), None
+    mlp_bias: bool = False  # the family's MLP takes config.mlp_bias (else never biased)
+    act_attr: str = "hidden_act"  # config attribute naming the MLP activation
+    experts: bool = False  # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate
+    softcap: bool = False  # config.final_logit_softcapping applies to the logits
+    logits_scaling: bool = False  # logits divided by config.logits_scaling (Granite)
 
     @property
     def module(self) -> str:
         return f"transformers.models.{self.name}.modeling_{self.name}"
 
 
-FAMILIES = {f.name: f for f in [
-    Family("llama", "Llama", ("llama",), mlp_bias=True),
-    Family("mistral", "Mistral", ("mistral",)),
-    Family("mixtral", "Mixtral", ("mixtral",), mlp=None, experts=True),
-    Family("qwen2", "Qwen2", ("qwen2",)),
-    Family("qwen3", "Qwen3", ("qwen3",)),
-    Family("qwen3_moe", "Qwen3Moe", ("qwen3_moe",), experts=True),
-    Family("gemma", "Gemma", ("gemma",), norm="gemma", mlp="gemma"),
-    Family("gemma2", "Gemma2", ("gemma2",), norm="gemma", norm_in_place=False, mlp="gemma",
-           act_attr="hidden_activation", softcap=True),
-    Family("gemma3", "Gemma3", ("gemma3_text",), norm="gemma", norm_in_place=False, mlp="gemma",
-           act_attr="hidden_activation", softcap=True),
-    Family("phi3", "Phi3", ("phi3",), mlp="phi3"),
-    Family("olmo2", "Olmo2", ("olmo2",), norm="olmo2", norm_in_place=False),
-    Family("granite", "Granite", ("granite",), mlp_bias=True, logits_scaling=True),
-]}
+FAMILIES = {
+    f.name: f
+    for f in [
+        Family("llama", "Llama", ("llama",), mlp_bias=True),
+        Family("mistral", "Mistral", ("mistral",)),
+        Family("mixtral", "Mixtral", ("mixtral",), mlp=None, experts=True),
+        Family("qwen2", "Qwen2", ("qwen2",)),
+        Family("qwen3", "Qwen3", ("qwen3",)),
+        Family("qwen3_moe", "Qwen3Moe", ("qwen3_moe",), experts=True),
+        Family("gemma", "Gemma", ("gemma",), norm="gemma", mlp="gemma"),
+        Family(
+            "gemma2",
+            "Gemma2",
+            ("gemma2",),
+            norm="gemma",
+            norm_in_place=False,
+            mlp="gemma",
+            act_attr="hidden_activation",
+            softcap=True,
+        ),
+        Family(
+            "gemma3",
+            "Gemma3",
+            ("gemma3_text",),
+            norm="gemma",
+            norm_in_place=False,
+            mlp="gemma",
+            act_attr="hidden_activation",
+            softcap=True,
+        ),
+        Family("phi3", "Phi3", ("phi3",), mlp="phi3"),
+        Family("olmo2", "Olmo2", ("olmo2",), norm="olmo2", norm_in_place=False),
+        Family("granite", "Granite", ("granite",), mlp_bias=True, logits_scaling=True),
+    ]
+}
 
 BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}

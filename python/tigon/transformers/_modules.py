@@ -37,8 +37,9 @@ def norm_class(family: Family) -> type:
     class FamilyRMSNorm(RMSNorm):
         def __init__(self, hidden_size: int | None = None, eps: float = 1e-6, *, dim: int | None = None) -> None:
             # Llama-style norms take hidden_size, Gemma-style ones dim (Gemma 3 passes it by name)
-            super().__init__(hidden_size or dim, eps, offset=offset, casting_mode=casting_mode, init=init,
-                             in_place=in_place)
+            super().__init__(
+                hidden_size or dim, eps, offset=offset, casting_mode=casting_mode, init=init, in_place=in_place
+            )
 
         @property
         def eps(self) -> float:  # GemmaRMSNorm's attribute name; LlamaRMSNorm's is variance_epsilon
@@ -63,9 +64,12 @@ def mlp_class(family: Family, hf_class: type) -> type:
     class FamilyMLP(base):
         def __new__(cls, config=None, *args, **kwargs):  # no arguments: deepcopy and pickle rebuilding one
             if config is not None and activation_of(config, family) is None:
-                warnings.warn(f"tigon: {family.prefix}MLP with {family.act_attr}="
-                              f"{getattr(config, family.act_attr, None)!r} has no Tigon kernel; keeping "
-                              f"transformers' module", stacklevel=2)
+                warnings.warn(
+                    f"tigon: {family.prefix}MLP with {family.act_attr}="
+                    f"{getattr(config, family.act_attr, None)!r} has no Tigon kernel; keeping "
+                    f"transformers' module",
+                    stacklevel=2,
+                )
                 return hf_class(config, *args, **kwargs)  # not a FamilyMLP, so __init__ below is skipped
             return super().__new__(cls)
 
@@ -76,8 +80,13 @@ def mlp_class(family: Family, hf_class: type) -> type:
             elif family.mlp == "gemma":
                 super().__init__(config, in_place=True, intermediate_size=intermediate_size, hidden_act=act)
             else:
-                super().__init__(config, in_place=True, intermediate_size=intermediate_size, hidden_act=act,
-                                 bias=None if family.mlp_bias else False)
+                super().__init__(
+                    config,
+                    in_place=True,
+                    intermediate_size=intermediate_size,
+                    hidden_act=act,
+                    bias=None if family.mlp_bias else False,
+                )
 
     return _register(FamilyMLP, name)
 
@@ -98,8 +107,13 @@ def experts_gate(fallback):
 
     def _apply_gate(self, gate_up_out: torch.Tensor) -> torch.Tensor:
         act = _HIDDEN_ACT.get(getattr(self.config, "hidden_act", None))
-        if (act is None or not getattr(self, "is_concatenated", True) or gate_up_out.dtype not in FLOAT_DTYPES
-                or gate_up_out.device.type not in ("cpu", "cuda") or not rows_ok(gate_up_out)):
+        if (
+            act is None
+            or not getattr(self, "is_concatenated", True)
+            or gate_up_out.dtype not in FLOAT_DTYPES
+            or gate_up_out.device.type not in ("cpu", "cuda")
+            or not rows_ok(gate_up_out)
+        ):
             return fallback(self, gate_up_out)
         # In place (dgate_up over gate_up): the projection's output is used by nothing but this gate.
         return _FusedGLU.apply(gate_up_out, ACTIVATIONS[act], True)

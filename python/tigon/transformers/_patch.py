@@ -36,8 +36,9 @@ def revert(family: str | None = None) -> None:
     """Undoes the class-level patches of one family (or all): the modeling modules get transformers' own names back.
     Models built while patched keep their Tigon modules; instance-level patches are not undone."""
     if family is not None and family not in FAMILIES:
-        raise ValueError(f"revert: argument 'family' must be None (every family) or one of {sorted(FAMILIES)}, got "
-                         f"{family!r}")
+        raise ValueError(
+            f"revert: argument 'family' must be None (every family) or one of {sorted(FAMILIES)}, got {family!r}"
+        )
     for name in [family] if family else list(_saved):
         for (owner, attr), value in _saved.pop(name, {}).items():
             if value is _MISSING:
@@ -50,8 +51,9 @@ def _gated(family: Family, swiglu: bool) -> bool:
     return swiglu and (family.mlp is not None or family.experts)
 
 
-def apply_class(family: Family, rope: bool, rms_norm: bool, swiglu: bool, ce: bool, flce: bool,
-                check_targets: bool = False) -> list[str]:
+def apply_class(
+    family: Family, rope: bool, rms_norm: bool, swiglu: bool, ce: bool, flce: bool, check_targets: bool = False
+) -> list[str]:
     """Rebinds names in the family's modeling module; returns them (module.Name or module.Class.method)."""
     revert(family.name)  # each call states the whole patch: options left off are transformers' again
     mod = importlib.import_module(family.module)
@@ -68,11 +70,14 @@ def apply_class(family: Family, rope: bool, rms_norm: bool, swiglu: bool, ce: bo
     if ce or flce:
         lm = getattr(mod, f"{p}ForCausalLM")
         _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce, check_targets))
-    return [f"{family.module}.{attr if owner is mod else owner.__name__ + '.' + attr}"
-            for owner, attr in _saved.get(family.name, {})]
+    return [
+        f"{family.module}.{attr if owner is mod else owner.__name__ + '.' + attr}"
+        for owner, attr in _saved.get(family.name, {})
+    ]
 
 
 # ---- instance level ---------------------------------------------------------------------------------------------------
+
 
 def with_globals(fn, **names):
     """A copy of fn whose global lookups of `names` see the given values (its module is left alone). Decorators made
@@ -117,8 +122,11 @@ def _new_norm(old: torch.nn.Module, cls: type) -> torch.nn.Module:
 def _new_mlp(old: torch.nn.Module, family: Family, config) -> torch.nn.Module | None:
     config = getattr(old, "config", config)
     if activation_of(config, family) is None:
-        warnings.warn(f"tigon: {type(old).__name__} with {family.act_attr}={getattr(config, family.act_attr, None)!r} "
-                      f"has no Tigon kernel; left as it is", stacklevel=4)
+        warnings.warn(
+            f"tigon: {type(old).__name__} with {family.act_attr}={getattr(config, family.act_attr, None)!r} "
+            f"has no Tigon kernel; left as it is",
+            stacklevel=4,
+        )
         return None
     with torch.device("meta"):
         new = mlp_class(family, type(old))(config, intermediate_size=getattr(old, "intermediate_size", None))
@@ -128,8 +136,16 @@ def _new_mlp(old: torch.nn.Module, family: Family, config) -> torch.nn.Module | 
     return new.train(old.training)
 
 
-def apply_instance(family: Family, model: torch.nn.Module, rope: bool, rms_norm: bool, swiglu: bool, ce: bool,
-                   flce: bool, check_targets: bool = False) -> dict:
+def apply_instance(
+    family: Family,
+    model: torch.nn.Module,
+    rope: bool,
+    rms_norm: bool,
+    swiglu: bool,
+    ce: bool,
+    flce: bool,
+    check_targets: bool = False,
+) -> dict:
     """Patches one built model in place; returns how many modules of each kind were replaced or rerouted."""
     mod = importlib.import_module(family.module)
     p = family.prefix
@@ -153,8 +169,11 @@ def apply_instance(family: Family, model: torch.nn.Module, rope: bool, rms_norm:
         if rope and mine(m, "Attention"):
             forward = with_globals(type(m).forward, apply_rotary_pos_emb=apply_rotary_pos_emb)
             if forward is None:
-                warnings.warn(f"tigon: cannot reroute {type(m).__name__}'s RoPE (its forward is not a plain "
-                              f"function); left as it is", stacklevel=3)
+                warnings.warn(
+                    f"tigon: cannot reroute {type(m).__name__}'s RoPE (its forward is not a plain "
+                    f"function); left as it is",
+                    stacklevel=3,
+                )
                 rope = False
                 continue
             m.forward = types.MethodType(forward, m)
@@ -167,20 +186,37 @@ def apply_instance(family: Family, model: torch.nn.Module, rope: bool, rms_norm:
 
 # ---- the public entry points ----------------------------------------------------------------------------------------
 
-def apply(name: str, rope: bool = True, rms_norm: bool = True, swiglu: bool = True, cross_entropy: bool = False,
-          fused_linear_cross_entropy: bool = True, model: torch.nn.Module | None = None, geglu: bool | None = None,
-          check_targets: bool = False):
+
+def apply(
+    name: str,
+    rope: bool = True,
+    rms_norm: bool = True,
+    swiglu: bool = True,
+    cross_entropy: bool = False,
+    fused_linear_cross_entropy: bool = True,
+    model: torch.nn.Module | None = None,
+    geglu: bool | None = None,
+    check_targets: bool = False,
+):
     """apply_tigon_to_<name>: class level without model (returns the names rebound), else instance level (returns
     model, with what was replaced in model.tigon_patched)."""
     entry = f"apply_tigon_to_{name}"
-    flags = dict(rope=rope, rms_norm=rms_norm, swiglu=swiglu, cross_entropy=cross_entropy,
-                 fused_linear_cross_entropy=fused_linear_cross_entropy, check_targets=check_targets)
+    flags = dict(
+        rope=rope,
+        rms_norm=rms_norm,
+        swiglu=swiglu,
+        cross_entropy=cross_entropy,
+        fused_linear_cross_entropy=fused_linear_cross_entropy,
+        check_targets=check_targets,
+    )
     for arg, value in list(flags.items()) + ([("geglu", geglu)] if geglu is not None else []):
         if not isinstance(value, bool):
             raise TypeError(f"{entry}: argument '{arg}' must be a bool, got {value!r}")
     if model is not None and not isinstance(model, torch.nn.Module):
-        raise TypeError(f"{entry}: argument 'model' must be a built model (a torch.nn.Module) or None for the class-"
-                        f"level patch, got {type(model).__name__} {model!r}")
+        raise TypeError(
+            f"{entry}: argument 'model' must be a built model (a torch.nn.Module) or None for the class-"
+            f"level patch, got {type(model).__name__} {model!r}"
+        )
     family = FAMILIES[name]
     gated = _gated(family, swiglu if geglu is None else geglu)
     if model is None:
@@ -188,15 +224,23 @@ def apply(name: str, rope: bool = True, rms_norm: bool = True, swiglu: bool = Tr
         log.info("tigon: %s rebound %s", entry, ", ".join(names) or "nothing")
         return names
     base = unwrap(model)
-    counts = apply_instance(family, base, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy,
-                            check_targets)
+    counts = apply_instance(
+        family, base, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy, check_targets
+    )
     if not any(counts.values()) and (rope or rms_norm or gated or cross_entropy or fused_linear_cross_entropy):
-        warnings.warn(f"tigon: found no modules of transformers' {family.module} in this model (remote code, or "
-                      f"another family?); nothing was patched", stacklevel=3)
+        warnings.warn(
+            f"tigon: found no modules of transformers' {family.module} in this model (remote code, or "
+            f"another family?); nothing was patched",
+            stacklevel=3,
+        )
     replaced = {kind: n for kind, n in counts.items() if n}
     base.tigon_patched = replaced  # on the transformers model: wrappers (PEFT, DDP) pass attribute reads to it
-    log.info("tigon: %s replaced in %s: %s", entry, type(base).__name__,
-             ", ".join(f"{n} {kind}" for kind, n in replaced.items()) or "nothing")
+    log.info(
+        "tigon: %s replaced in %s: %s",
+        entry,
+        type(base).__name__,
+        ", ".join(f"{n} {kind}" for kind, n in replaced.items()) or "nothing",
+    )
     return model
 
 
@@ -204,6 +248,7 @@ def unwrap(model):
     """The transformers model inside PEFT (get_base_model(), .base_model.model), torch.compile (_orig_mod) and
     DDP-style (.module) wrappers."""
     from transformers import PreTrainedModel
+
     seen = set()
     while not isinstance(model, PreTrainedModel) and id(model) not in seen:
         seen.add(id(model))
@@ -228,15 +273,21 @@ def patch(model, **options):
     if unknown:
         raise TypeError(f"patch: unexpected option {unknown[0]!r} (options: {', '.join(OPTIONS)})")
     from transformers import PreTrainedModel
+
     base = unwrap(model)
     if not isinstance(base, PreTrainedModel):
-        raise TypeError(f"patch: argument 'model' must be a transformers model (a PreTrainedModel, or a PEFT / DDP / "
-                        f"torch.compile wrapper of one), got {type(model).__name__}")
+        raise TypeError(
+            f"patch: argument 'model' must be a transformers model (a PreTrainedModel, or a PEFT / DDP / "
+            f"torch.compile wrapper of one), got {type(model).__name__}"
+        )
     model_type = getattr(getattr(base, "config", None), "model_type", None)
     family = BY_MODEL_TYPE.get(model_type)
     if family is None:
-        warnings.warn(f"tigon.transformers.patch: model type {model_type!r} is not supported (supported: "
-                      f"{sorted(BY_MODEL_TYPE)}); returning the model unpatched", stacklevel=2)
+        warnings.warn(
+            f"tigon.transformers.patch: model type {model_type!r} is not supported (supported: "
+            f"{sorted(BY_MODEL_TYPE)}); returning the model unpatched",
+            stacklevel=2,
+        )
         return model
     apply(family.name, model=base, **options)
     return model

@@ -23,6 +23,7 @@ class AutoTigonForCausalLM:
         from transformers import AutoModelForCausalLM
 
         from tigon.transformers._patch import patch
+
         options = cls._split(kwargs)
         return patch(AutoModelForCausalLM.from_pretrained(*args, **kwargs), **options)
 
@@ -31,5 +32,6 @@ class AutoTigonForCausalLM:
         from transformers import AutoModelForCausalLM
 
         from tigon.transformers._patch import patch
+
         options = cls._split(kwargs)
         return patch(AutoModelForCausalLM.from_config(config, **kwargs), **options)
