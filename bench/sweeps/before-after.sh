@@ -5,7 +5,7 @@
 # Host time per call (profile_host.py) for both, too. Builds BEFORE if it has no build/libtigon.so; this tree's
 # library comes from build/ (scripts/gpu-check builds it).
 #
-#   BEFORE=/path/to/old/tree bash bench/sweeps/before-after.sh        (results under $OUT/before-after/)
+#   BEFORE=/path/to/old/tree bash bench/sweeps/before-after.sh   (results under $OUT/before-after/; ROUNDS=2 op runs each)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BEFORE=$(cd "${BEFORE:?set BEFORE to the other tree}" && pwd)
@@ -21,7 +21,7 @@ run() {  # run NAME TREE ARGS...: the benchmark of TREE's package and library
   PYTHONPATH="$tree/python:${PYTHONPATH:-}" TIGON_LIBRARY="$tree/build/libtigon.so" \
     python3 -m tigon.bench --no-chart --out "$DIR/$name" "$@" >"$DIR/$name.log" 2>&1 || echo "$name: exit $?"
 }
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
   run "ops-before-$round" "$BEFORE" --quick --impls tigon
   run "ops-after-$round" "$PWD" --quick --impls tigon
 done
