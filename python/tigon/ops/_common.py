@@ -14,7 +14,19 @@ def compiling() -> bool:
 
 # torch < 2.7's AOTAutograd refuses a compiled backward that writes over one of its inputs (a gradient handed in from
 # outside the graph): there the in-place backward variants run out of place under torch.compile.
-_COMPILED_BWD_MAY_MUTATE = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 7)
+_TORCH = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+_COMPILED_BWD_MAY_MUTATE = _TORCH >= (2, 7)
+
+
+# Before torch 2.15, AOTAutograd traced a forward that writes over an intermediate another op saved (exp's output, then
+# cross entropy in place) into a silently wrong gradient (seen on 2.11; 2.15 raises torch's in-place error): there the
+# in-place forward runs out of place under torch.compile.
+_COMPILED_FWD_MAY_MUTATE = _TORCH >= (2, 15)
+
+
+def in_place_fwd(in_place: bool) -> bool:
+    """Whether a forward may write over its input (in_place=True, and safely traceable)."""
+    return in_place and (_COMPILED_FWD_MAY_MUTATE or not compiling())
 
 
 def in_place_bwd(in_place: bool) -> bool:

@@ -14,7 +14,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import compiling, refuse_leaf
+from tigon.ops._common import compiling, in_place_fwd, refuse_leaf
 
 __all__ = ["cross_entropy", "REDUCTIONS"]
 
@@ -346,7 +346,8 @@ def cross_entropy(
     The gradient is computed in the forward when the logits require it. in_place=True writes it over the logits
     (saves an [N, V] buffer; the logits' values are lost, so do not reuse them: read the accuracy through
     return_token_accuracy). The logits are marked modified, so an op that saved them for its backward raises torch's
-    in-place error instead of using the gradient; a leaf that requires grad is refused. A non-ignored target outside
+    in-place error instead of using the gradient; a leaf that requires grad is refused. Under torch.compile with
+    torch < 2.15 it runs out of place (those versions traced the in-place form over a saved tensor wrongly). A non-ignored target outside
     [0, V) raises on the CPU; on a GPU, where checking would synchronise, it makes that row's loss and gradient NaN:
     check_targets=True checks first (one synchronisation) and raises a ValueError naming 'target' and the first bad
     row and value.
@@ -375,7 +376,7 @@ def cross_entropy(
         bool(use_token_scaling),
         bool(return_predicted_tokens),
         need_grad,
-        bool(in_place),
+        in_place_fwd(bool(in_place)),
     )
     return with_extras(loss, z_loss, acc, pred, return_z_loss, return_token_accuracy, return_predicted_tokens)
 
