@@ -48,15 +48,16 @@ def runs(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
-    """The newest of the runs that measured the most ops (a full op table, not a run of one op's extra shapes); with
-    train_steps, the newest run of each whole-model step benchmark."""
+    """The newest of the runs that measured the most (op, implementation) pairs (a full op table with its baselines,
+    not a run of one op's extra shapes or of Tigon alone); with train_steps, the newest run of each whole-model step
+    benchmark."""
     picked = [[r for r in run if r["op"].startswith("train_step") == train_steps] for run in runs(rows).values()]
     picked = [run for run in picked if run]
     if train_steps:
         newest = {run[0]["op"]: run for run in picked}  # later runs replace earlier ones
         return [r for run in newest.values() for r in run]
-    most = max((len({r["op"] for r in run}) for run in picked), default=0)
-    return next((run for run in reversed(picked) if len({r["op"] for r in run}) == most), [])
+    most = max((len({(r["op"], r["impl"]) for r in run}) for run in picked), default=0)
+    return next((run for run in reversed(picked) if len({(r["op"], r["impl"]) for r in run}) == most), [])
 
 
 def _ms(r: dict | None) -> tuple[float | None, bool]:
