@@ -2,7 +2,8 @@
 # Before / after on one GPU in one run: the quick op benchmark (Tigon only) and the quick whole-model train step for
 # another tree of this project (BEFORE, e.g. `git worktree add /tmp/before <commit>`) and for this one, interleaved so
 # that a drift of the machine shows in both, then a table of every op's steady time and the train step side by side.
-# Host time per call (profile_host.py) for both, too. Builds BEFORE if it has no build/libtigon.so; this tree's
+# Host time per call (profile_host.py) for both, too. Each side runs its own tree's benchmark code: when the harness
+# itself changed between the two trees, a difference can come from it rather than from the kernels (compare SASS). Builds BEFORE if it has no build/libtigon.so; this tree's
 # library comes from build/ (scripts/gpu-check builds it).
 #
 #   BEFORE=/path/to/old/tree bash bench/sweeps/before-after.sh   (results under $OUT/before-after/; ROUNDS=2 op runs each)
