@@ -36,13 +36,23 @@ def main(d: Path) -> None:
         fmt = lambda p: " / ".join("-" if x is None else f"{x:.4f}" for x in p)  # noqa: E731
         ratio = " / ".join("-" if x is None or y is None else f"{y / x:.3f}" for x, y in zip(b, a))
         print(f"{op:28} {shape:18} {fmt(b):>22} {fmt(a):>22} {ratio:>14}")
-    for side in ("before", "after"):
-        for r in rows(d / f"train-{side}"):
+    steps = {}  # (side, impl) -> [ms per round]
+    for run in sorted(d.glob("train-*")):
+        side = run.name.split("-")[1]
+        for r in rows(run):
+            if r.get("error"):
+                continue
+            steps.setdefault((side, r["impl"]), []).append(r["step_ms"])
             print(
-                f"train step {side:6} {r.get('impl'):6} {r.get('model')}: {r.get('step_ms', 0):.1f} ms, "
+                f"train step {run.name:16} {r.get('impl'):6} {r.get('model')}: {r.get('step_ms', 0):.1f} ms, "
                 f"{r.get('tokens_per_s', 0):,.0f} tok/s, peak fwd+bwd {r.get('peak_fwd_bwd_gib', 0):.2f} GiB, "
                 f"peak {r.get('peak_gib', 0):.2f} GiB"
             )
+    for (side, impl), ms in sorted(steps.items()):
+        print(f"train step {side:6} {impl:6}: median {statistics.median(ms):.1f} ms over {len(ms)} runs ({ms})")
+    b, a = steps.get(("before", "tigon")), steps.get(("after", "tigon"))
+    if b and a:
+        print(f"train step tigon after / before: {statistics.median(a) / statistics.median(b):.3f}")
 
 
 if __name__ == "__main__":
