@@ -8,7 +8,8 @@
 # (scripts/gpu-check builds it).
 #
 #   BEFORE=/path/to/old/tree BEFORE_SHA=<its commit> bash bench/sweeps/before-after.sh
-#   results under $OUT/before-after/; ROUNDS=2 op runs and TRAIN_ROUNDS=1 train-step runs per side, OPS=all quick ops
+#   results under $OUT/before-after/; ROUNDS=2 op runs, TRAIN_ROUNDS=1 train-step runs and HOST_ROUNDS=1 host-time
+#   runs per side; OPS=all quick ops; ARGS: more benchmark arguments (e.g. "--shapes 1024x4096,16384x4096")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BEFORE=$(cd "${BEFORE:?set BEFORE to the other tree}" && pwd)
@@ -31,18 +32,20 @@ run() {  # run NAME PYTHON_DIR TREE ARGS...: the benchmark over that package and
 ops=()
 [ -n "${OPS:-}" ] && ops=(--ops "$OPS")
 for round in $(seq "${ROUNDS:-2}"); do
-  run "ops-before-$round" "$DIR/before-python" "$BEFORE" --quick --impls tigon "${ops[@]}"
-  run "ops-after-$round" "$PWD/python" "$PWD" --quick --impls tigon "${ops[@]}"
+  run "ops-before-$round" "$DIR/before-python" "$BEFORE" --quick --impls tigon "${ops[@]}" ${ARGS:-}
+  run "ops-after-$round" "$PWD/python" "$PWD" --quick --impls tigon "${ops[@]}" ${ARGS:-}
 done
 for round in $(seq "${TRAIN_ROUNDS:-1}"); do
   run "train-before-$round" "$DIR/before-python" "$BEFORE" --ops train_step --quick --impls tigon
   hf=; [ "$round" = 1 ] && hf=,hf  # Hugging Face's own step once, for the ratio
   run "train-after-$round" "$PWD/python" "$PWD" --ops train_step --quick --impls "tigon$hf"
 done
-for side in before after; do
-  tree=$BEFORE; [ $side = after ] && tree=$PWD
-  PYTHONPATH="$tree/python:${PYTHONPATH:-}" TIGON_LIBRARY="$tree/build/libtigon.so" \
-    python3 bench/sweeps/profile_host.py >"$DIR/host-$side.log" 2>&1
-  echo "host per call, $side: $(grep -E '^(tigon|liger|torch_eager)' "$DIR/host-$side.log" | tr '\n' ';')"
+for round in $(seq "${HOST_ROUNDS:-1}"); do
+  for side in before after; do
+    tree=$BEFORE; [ $side = after ] && tree=$PWD
+    PYTHONPATH="$tree/python:${PYTHONPATH:-}" TIGON_LIBRARY="$tree/build/libtigon.so" \
+      python3 bench/sweeps/profile_host.py >"$DIR/host-$side-$round.log" 2>&1
+    echo "host per call, $side: $(grep -E '^(tigon|liger|torch_eager)' "$DIR/host-$side-$round.log" | tr '\n' ';')"
+  done
 done
 python3 bench/sweeps/compare_runs.py "$DIR"

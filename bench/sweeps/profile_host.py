@@ -3,6 +3,7 @@ Python + launch overhead that a fast kernel must hide), for tigon and the baseli
 
 import cProfile
 import pstats
+import statistics
 import time
 
 import torch
@@ -29,15 +30,19 @@ except Exception as e:  # noqa: BLE001
     print("liger not importable:", e)
 
 
-def per_call_us(fn, n=2000):
+def per_call_us(fn, n=500, repeats=7):
+    """Median over repeats of the mean time per call of n calls (the host's clock and load drift between repeats)."""
     for _ in range(50):
         fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
+    samples = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(samples)
 
 
 for name, f in impls.items():

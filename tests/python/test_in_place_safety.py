@@ -128,6 +128,24 @@ def test_glu_refuses_a_leaf_in_place(device, kind):
         swiglu(a, b, in_place=True)
 
 
+@pytest.mark.parametrize("kind", ["swiglu", "geglu", "swiglu_fused", "geglu_fused"])
+def test_glu_in_place_under_compile_is_never_silently_wrong(kind):
+    # Compiled, nothing can tell that exp saved the gate the backward would overwrite: the public ops run out of place.
+    x = torch.randn(4, 32, requires_grad=True)
+    up = torch.randn(4, 32, requires_grad=True)
+
+    def loss(x, up, in_place):
+        if kind.endswith("fused"):
+            fn = swiglu_fused if kind == "swiglu_fused" else geglu_fused
+            return fn(torch.cat([x, up], -1).exp(), in_place=in_place).sum()
+        return (swiglu if kind == "swiglu" else geglu)(x.exp(), up * 1, in_place=in_place).sum()
+
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(x, up, True), (x, up))
+    want = torch.autograd.grad(loss(x, up, False), (x, up))
+    for g, r, name in zip(got, want, ("dx", "dup")):
+        assert_close(g, r, name=name)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_glu_second_backward_raises(device):
     a = torch.randn(4, 32, device=device, requires_grad=True)
@@ -141,28 +159,69 @@ def test_glu_second_backward_raises(device):
 # ---- norms and RoPE (the input gradient written over the output gradient in the backward) -------------------------
 
 
+def _norm_or_rope(op, x, w, in_place):
+    if op == "rope":
+        cos, sin = torch.linspace(-1, 1, 32, device=x.device).reshape(4, 8), torch.ones(4, 8, device=x.device)
+        return torch.stack(rope(x * 1, x * 2, cos, sin, in_place=in_place))
+    return (rms_norm if op == "rms_norm" else layer_norm)(x * 1, w, in_place=in_place)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "rope"])
-def test_output_gradient_an_op_saved_raises(device, op):
+def test_output_gradient_held_elsewhere_is_left_alone(device, op):
+    # The caller keeps dy (and exp saved it): the backward must not write dx over it.
     x = torch.randn(2, 2, 4, 8, device=device, requires_grad=True)
     w = torch.ones(8, device=device, requires_grad=True)
-    if op == "rope":
-        cos, sin = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
-        y = torch.cat(rope(x * 1, x * 2, cos, sin, in_place=True))  # dq, dk: views of one output gradient
-    else:
-        y = (rms_norm if op == "rms_norm" else layer_norm)(x, w, in_place=True)
-    s = torch.randn(y.shape, device=device, requires_grad=True)
-    dy = s.exp()  # an output gradient that exp saved: the backward writes dx over it
-    torch.autograd.grad(y, x, dy)
-    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
-        dy.sum().backward()
+    y = _norm_or_rope(op, x, w, True)
+    dy = torch.randn(y.shape, device=device, requires_grad=True).exp()
+    before = dy.detach().clone()
+    (got,) = torch.autograd.grad(y, x, dy)
+    (want,) = torch.autograd.grad(_norm_or_rope(op, x, w, False), x, before)
+    assert torch.equal(dy.detach(), before)
+    assert_close(got, want, name="dx")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "rope"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_output_gradient_shared_by_an_add_is_left_alone(device, op, compiled):
+    # An add hands both operands one gradient tensor: the first backward to run must not overwrite what the second reads.
+    x1 = torch.randn(2, 2, 4, 8, device=device, requires_grad=True)
+    x2 = torch.randn(2, 2, 4, 8, device=device, requires_grad=True)
+    w = torch.ones(8, device=device)
+
+    def loss(x1, x2, in_place):
+        y = _norm_or_rope(op, x1, w, in_place) + _norm_or_rope(op, x2 * 3, w, in_place)
+        return (y * torch.linspace(-1, 1, y.numel(), device=device).reshape(y.shape)).sum()
+
+    fn = torch.compile(loss, fullgraph=True, backend="aot_eager") if compiled else loss
+    got = torch.autograd.grad(fn(x1, x2, True), (x1, x2))
+    want = torch.autograd.grad(loss(x1, x2, False), (x1, x2))
+    for g, r, name in zip(got, want, ("dx1", "dx2")):
+        assert_close(g, r, name=name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason="this torch cannot tell who holds a tensor")
+def test_norm_writes_over_a_gradient_nobody_else_holds(device, monkeypatch):
+    # The ordinary case (dy fresh from the next layer's backward) keeps its memory saving.
+    import sys
+
+    module = sys.modules["tigon.ops.rms_norm"]
+    calls = []
+    impl = module._bwd_inplace_impl
+    monkeypatch.setattr(module, "_bwd_inplace_impl", lambda *a: calls.append(1) or impl(*a))
+    x = torch.randn(4, 8, device=device, requires_grad=True)
+    proj = torch.randn(8, 8, device=device)
+    (rms_norm(x * 1, torch.ones(8, device=device), in_place=True) @ proj).sum().backward()
+    assert calls == [1]
 
 
 def test_under_compile_cross_entropy_over_a_saved_tensor_is_never_silently_wrong():
     # CPU (aot_eager): the forward marks the logits dirty; depending on torch's version the trace raises torch's
     # in-place error or functionalisation keeps exp's saved output intact. Either is fine; a wrong gradient is not.
-    # (The in-place backwards of the other ops bump versions only in eager mode: a bump inside a compiled backward
-    # breaks the tracing of every patched model, so under torch.compile their in_place options rely on the caller.)
+    # (Compiled backwards of the other ops run out of place: test_glu_in_place_under_compile_is_never_silently_wrong,
+    # test_output_gradient_shared_by_an_add_is_left_alone.)
     x, t = logits_and_target(4, 16, "cpu")
     (want,) = torch.autograd.grad(cross_entropy(x.exp(), t), x)
     fn = lambda z: cross_entropy(z.exp(), t, in_place=True)  # noqa: E731

@@ -12,10 +12,7 @@ def compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-# torch < 2.7's AOTAutograd refuses a compiled backward that writes over one of its inputs (a gradient handed in from
-# outside the graph): there the in-place backward variants run out of place under torch.compile.
 _TORCH = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-_COMPILED_BWD_MAY_MUTATE = _TORCH >= (2, 7)
 
 
 # Before torch 2.15, AOTAutograd traced a forward that writes over an intermediate another op saved (exp's output, then
@@ -29,9 +26,19 @@ def in_place_fwd(in_place: bool) -> bool:
     return in_place and (_COMPILED_FWD_MAY_MUTATE or not compiling())
 
 
-def in_place_bwd(in_place: bool) -> bool:
-    """Whether backward may write the input gradient over the incoming one (in_place=True, and traceable)."""
-    return in_place and (_COMPILED_BWD_MAY_MUTATE or not compiling())
+def in_place_bwd(in_place: bool, *grads: torch.Tensor) -> bool:
+    """Whether backward may write the input gradient over the incoming ones (in_place=True, and safe).
+
+    Autograd hands one gradient tensor to several consumers (an add gives both operands the same one), so writing over
+    it would change what another consumer reads: only a gradient nobody else holds is written over. Under
+    torch.compile nothing tells who else holds it, so compiled backwards run out of place."""
+    return in_place and not compiling() and all(_private(g) for g in grads)
+
+
+def _private(t: torch.Tensor) -> bool:
+    # One reference (ours) and not a view of a tensor others may hold. Where torch has no use count, not private.
+    use_count = getattr(t, "_use_count", None)
+    return use_count is not None and t._base is None and use_count() == 1
 
 
 def rows_ok(t: torch.Tensor) -> bool:

@@ -185,12 +185,9 @@ class _LayerNorm(torch.autograd.Function):
         need_dw = weight is not None and ctx.needs_input_grad[1]
         need_db = bias is not None and ctx.needs_input_grad[2]
         dy = dy.contiguous()  # e.g. a sum()'s stride-0 gradient; free when contiguous, and traceable (no stride read)
-        if in_place_bwd(ctx.in_place):
-            if compiling():
-                dw, db = torch.ops.tigon.layer_norm_bwd_(dy, x, weight, bias, mean, rstd, need_dw, need_db)
-            else:
-                dw, db = _bwd_inplace_impl(dy, x, weight, bias, mean, rstd, need_dw, need_db)
-                torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
+        if in_place_bwd(ctx.in_place, dy):
+            dw, db = _bwd_inplace_impl(dy, x, weight, bias, mean, rstd, need_dw, need_db)
+            torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
             dx = dy
         elif compiling():
             dx, dw, db = torch.ops.tigon.layer_norm_bwd(dy, x, weight, bias, mean, rstd, need_dw, need_db)

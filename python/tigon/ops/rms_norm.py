@@ -184,12 +184,9 @@ class _RMSNorm(torch.autograd.Function):
         x, weight, rstd = ctx.saved_tensors
         need_dw = weight is not None and ctx.needs_input_grad[1]
         dy = dy.contiguous()  # e.g. a sum()'s stride-0 gradient; free when contiguous, and traceable (no stride read)
-        if in_place_bwd(ctx.in_place) and dy.dtype == x.dtype:
-            if compiling():
-                dw = torch.ops.tigon.rms_norm_bwd_(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
-            else:
-                dw = _bwd_inplace_impl(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
-                torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
+        if in_place_bwd(ctx.in_place, dy) and dy.dtype == x.dtype:
+            dw = _bwd_inplace_impl(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
+            torch.autograd.graph.increment_version(dy)  # dy now holds dx: a saver of dy raises
             dx = dy
         elif compiling():
             dx, dw = torch.ops.tigon.rms_norm_bwd(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)

@@ -227,12 +227,9 @@ def _rotate_grad(g, cos, sin, layout: int, interleaved: bool, in_place: bool):
     # It is free when g is contiguous (in place then writes over g itself), and traceable where reading strides is
     # not (torch.compile's strict tracing of backward in torch < 2.7).
     g = g.contiguous()
-    if in_place:
-        if compiling():
-            torch.ops.tigon.rope_bwd_(g, cos, sin, layout, interleaved)
-        else:
-            _bwd_inplace_impl(g, cos, sin, layout, interleaved)
-            torch.autograd.graph.increment_version(g)  # g now holds the input gradient: a saver of g raises
+    if in_place_bwd(in_place, g):
+        _bwd_inplace_impl(g, cos, sin, layout, interleaved)
+        torch.autograd.graph.increment_version(g)  # g now holds the input gradient: a saver of g raises
         return g
     if compiling():
         return torch.ops.tigon.rope_bwd(g, cos, sin, layout, interleaved)
@@ -242,12 +239,9 @@ def _rotate_grad(g, cos, sin, layout: int, interleaved: bool, in_place: bool):
 def _rotate_grads(dq, dk, cos, sin, layout: int, interleaved: bool, in_place: bool):
     """Both input gradients in one C call (in place over the output gradients when allowed and possible)."""
     dq, dk = dq.contiguous(), dk.contiguous()  # as in _rotate_grad
-    if in_place and dq is not dk:
-        if compiling():
-            torch.ops.tigon.rope_qk_bwd_(dq, dk, cos, sin, layout, interleaved)
-        else:
-            _qk_bwd_inplace_impl(dq, dk, cos, sin, layout, interleaved)
-            torch.autograd.graph.increment_version((dq, dk))
+    if dq is not dk and in_place_bwd(in_place, dq, dk):
+        _qk_bwd_inplace_impl(dq, dk, cos, sin, layout, interleaved)
+        torch.autograd.graph.increment_version((dq, dk))
         return dq, dk
     if compiling():
         return torch.ops.tigon.rope_qk_bwd(dq, dk, cos, sin, layout, interleaved)
@@ -275,7 +269,7 @@ class _Rope(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        args = (cos, sin, ctx.layout, ctx.interleaved, in_place_bwd(ctx.in_place))
+        args = (cos, sin, ctx.layout, ctx.interleaved, ctx.in_place)
         want_q, want_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if want_q and want_k and dq is not None and dk is not None:
             dq, dk = _rotate_grads(dq, dk, *args)

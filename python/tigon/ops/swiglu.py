@@ -250,6 +250,13 @@ def _overwritten(*ts: torch.Tensor) -> None:
     torch.autograd.graph.increment_version(ts)
 
 
+def _in_place(in_place: bool) -> bool:
+    # Eagerly, another op that saved a or b raises torch's in-place error (_overwritten); a compiled backward cannot tell,
+    # so the public ops run out of place under torch.compile. The nn modules call the Functions with in_place=True
+    # directly: their inputs are their own projections' outputs, which nothing else saves.
+    return in_place and not compiling()
+
+
 class _GLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, act, in_place, gate=1.0, down=1.0):
@@ -319,7 +326,7 @@ def swiglu(
     gate_multiplier g and down_multiplier d (Falcon-H1's mlp_multipliers): ``F.silu(a * g) * b * d``."""
     mult = _check_multipliers(gate_multiplier, down_multiplier, "swiglu")
     _check_pair(a, b, in_place, "swiglu")
-    return _GLU.apply(a, b, ACTIVATIONS["silu"], in_place, *mult)
+    return _GLU.apply(a, b, ACTIVATIONS["silu"], _in_place(in_place), *mult)
 
 
 def geglu(
@@ -335,7 +342,7 @@ def geglu(
     act = _gelu_activation(approximate, "geglu")
     mult = _check_multipliers(gate_multiplier, down_multiplier, "geglu")
     _check_pair(a, b, in_place, "geglu")
-    return _GLU.apply(a, b, act, in_place, *mult)
+    return _GLU.apply(a, b, act, _in_place(in_place), *mult)
 
 
 def swiglu_fused(
@@ -345,7 +352,7 @@ def swiglu_fused(
     The backward returns d(gate_up); in_place=True writes it over gate_up. Otherwise as swiglu()."""
     mult = _check_multipliers(gate_multiplier, down_multiplier, "swiglu_fused")
     _check_gate_up(gate_up, in_place, "swiglu_fused")
-    return _FusedGLU.apply(gate_up, ACTIVATIONS["silu"], in_place, *mult)
+    return _FusedGLU.apply(gate_up, ACTIVATIONS["silu"], _in_place(in_place), *mult)
 
 
 def geglu_fused(
@@ -359,4 +366,4 @@ def geglu_fused(
     act = _gelu_activation(approximate, "geglu_fused")
     mult = _check_multipliers(gate_multiplier, down_multiplier, "geglu_fused")
     _check_gate_up(gate_up, in_place, "geglu_fused")
-    return _FusedGLU.apply(gate_up, act, in_place, *mult)
+    return _FusedGLU.apply(gate_up, act, _in_place(in_place), *mult)
