@@ -68,3 +68,15 @@ def _release_big_memory(request):
 def _fresh_seed(request):
     # A different seed per test (but reproducible from its name): fresh random inputs, never zeros.
     torch.manual_seed(sum(i * ord(c) for i, c in enumerate(request.node.nodeid)) % (2**31))
+
+
+def backward_with_fresh_gradients(outputs, inputs, grads):
+    """torch.autograd.grad with output gradients that only the op's backward receives, as a next layer's backward
+    hands them (in-place backwards write only over such a gradient): each output passes through `* 1`, whose backward
+    makes a fresh gradient. Returns the input gradients and the addresses of the gradients the op received."""
+    received = [None] * len(outputs)
+    fresh = []
+    for i, out in enumerate(outputs):
+        out.register_hook(lambda g, i=i: received.__setitem__(i, g.data_ptr()))
+        fresh.append(out * 1)
+    return torch.autograd.grad(fresh, inputs, grads), received

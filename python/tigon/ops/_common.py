@@ -36,9 +36,38 @@ def in_place_bwd(in_place: bool, *grads: torch.Tensor) -> bool:
 
 
 def _private(t: torch.Tensor) -> bool:
-    # One reference (ours) and not a view of a tensor others may hold. Where torch has no use count, not private.
-    use_count = getattr(t, "_use_count", None)
-    return use_count is not None and t._base is None and use_count() == 1
+    # As many references as a gradient autograd hands one backward alone, and not a view of a tensor others may hold.
+    return t._base is None and _ALONE is not None and t._use_count() <= _ALONE
+
+
+def _alone_use_count() -> int | None:
+    """The use count of a gradient that only the receiving backward holds: 1 on recent torch, more where the engine
+    keeps references of its own during the call. Measured once on a tiny CPU graph; None (never in place) where
+    torch cannot count."""
+    if not hasattr(torch.Tensor, "_use_count"):
+        return None
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(g._use_count())
+            return g
+
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            x = torch.zeros(2, requires_grad=True)
+            (Probe.apply(x) * 2).sum().backward()  # mul's backward makes a fresh gradient, as a next layer's would
+    except Exception:  # noqa: BLE001  (no count, no in-place backward)
+        return None
+    return seen[0] if seen else None
+
+
+_ALONE = _alone_use_count()
 
 
 def rows_ok(t: torch.Tensor) -> bool:
