@@ -20,7 +20,7 @@ struct Tensor4 {
 
 struct Shape {
   DType dtype = DType::kBFloat16;
-  int64_t batch = 0;                 // sequences (variable length: cu_seqlens' length - 1)
+  int64_t batch = 0;                   // sequences (variable length: cu_seqlens' length - 1)
   int64_t seqlen_q = 0, seqlen_k = 0;  // dense: the lengths; variable length: max_seqlen_q / max_seqlen_k
   int64_t heads_q = 0, heads_kv = 0, head_dim = 0;
   // Variable length when both are set (device pointers on CUDA, host pointers on the CPU); total_* = packed rows.
