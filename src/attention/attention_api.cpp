@@ -111,6 +111,7 @@ bool overlap(const tigon_tensor& a, const tigon_tensor& b) {
 
 // An output whose own elements overlap (a stride-0 or interleaved dim) would be written twice.
 void check_distinct_elements(const tigon_tensor& t, const char* name) {
+  if (numel(t) == 0) return;
   const std::vector<int64_t> s = strides_of(t);
   std::vector<std::pair<int64_t, int64_t>> dims;
   for (int i = 0; i < t.ndim; ++i)
