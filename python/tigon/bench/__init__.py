@@ -15,6 +15,7 @@ _RUNNERS = {
     "swiglu": ("swiglu", "run"),
     "cross_entropy": ("cross_entropy", "run"),
     "fused_linear_cross_entropy": ("fused_linear_cross_entropy", "run"),
+    "attention": ("attention", "run"),
     "train_step": ("train_step", "run"),
     "train_step_fsdp2": ("train_step_distributed", "run_fsdp2"),
     "train_step_ddp": ("train_step_distributed", "run_ddp"),

@@ -141,5 +141,8 @@ def train_step_markdown(rows: list[dict]) -> str:
         by_run.setdefault((r["timestamp"], r["git_sha"]), []).append(r)
     for rs in by_run.values():
         out.append(_caption(rs[0], ", ".join(dict.fromkeys(r["op"] for r in rs))))
-    out.append("Random weights, bf16, batch 4 × 2048 tokens per GPU, AdamW (foreach), activation checkpointing, SDPA.")
+    out.append(
+        "Random weights, bf16, batch 4 × 2048 tokens per GPU, AdamW (foreach), activation checkpointing; attention: "
+        "SDPA, except tigon's (Tigon's own; tigon_sdpa keeps SDPA)."
+    )
     return "\n".join(out)

@@ -1,7 +1,10 @@
 """Whole-model training step: a Hugging Face causal LM as transformers builds it, the same model after
-tigon.transformers.patch, and (when importable) after Liger-Kernel's apply_liger_kernel_to_<family>.
+tigon.transformers.patch (tigon: with Tigon's attention too, where this GPU and build have it; tigon_sdpa: attention
+kept on SDPA, so the two rows show what Tigon's attention adds), and (when importable) after Liger-Kernel's
+apply_liger_kernel_to_<family>.
 
-One step = forward with labels=input_ids, backward, AdamW (foreach) step, zero_grad; bf16 weights, SDPA attention,
+One step = forward with labels=input_ids, backward, AdamW (foreach) step, zero_grad; bf16 weights, SDPA attention
+(built with attn_implementation="sdpa"; the tigon row switches it to "tigon"),
 activation checkpointing (non-reentrant), random weights and tokens (no download). step_ms is the mean over the timed
 steps (host overhead included: what a training loop sees), after warm-up steps that allocate the optimizer state;
 peak_gib is torch.cuda.max_memory_allocated over warm-up and timed steps (weights, gradients and optimizer state
@@ -100,7 +103,19 @@ def _hf(name):
 def _tigon(name):
     import tigon.transformers
 
-    return tigon.transformers.patch
+    def patch(model):
+        tigon.transformers.patch(model)
+        if model.config._attn_implementation != "tigon":
+            raise Skip("Tigon's attention is not available here (no flash_attention op, or not an sm_90 GPU)")
+        return model
+
+    return patch
+
+
+def _tigon_sdpa(name):
+    import tigon.transformers
+
+    return lambda model: tigon.transformers.patch(model, attention=False)
 
 
 def _liger(name):
@@ -115,7 +130,12 @@ def _liger(name):
     return lambda model: model
 
 
-IMPLS = {"hf": _hf, "tigon": _tigon, "liger": _liger}  # this order: Liger's class-level patch stays in the process
+IMPLS = {
+    "hf": _hf,
+    "tigon": _tigon,
+    "tigon_sdpa": _tigon_sdpa,
+    "liger": _liger,
+}  # this order: Liger's class-level patch stays in the process
 
 
 def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
@@ -245,7 +265,7 @@ def _print_op_table(rows: list[dict]) -> None:
     )
     cols = [
         ("model", 12),
-        ("impl", 6),
+        ("impl", 10),
         ("step ms", 9),
         ("tokens/s", 9),
         ("peak GiB", 9),
@@ -256,7 +276,7 @@ def _print_op_table(rows: list[dict]) -> None:
     ]
     print("  ".join(n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(cols)))
     for r in rows:
-        head = [r["model"].ljust(12), r["impl"].ljust(6)]
+        head = [r["model"].ljust(12), r["impl"].ljust(10)]
         if r.get("error"):
             print("  ".join(head + [f"FAILED: {r['error']}"[:100]]))
             continue

@@ -6,7 +6,7 @@
     model = tigon.transformers.AutoTigonForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B")
 
 apply_tigon_to_<family>(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True,
-model=None, geglu=None, check_targets=False): without model, rebinds the family's RMSNorm, MLP and
+model=None, geglu=None, check_targets=False, attention=None): without model, rebinds the family's RMSNorm, MLP and
 apply_rotary_pos_emb in its transformers modeling module (and its MoE experts' gate and its ForCausalLM.forward), so build the model afterwards
 (RoPE, the experts' gate and the loss are looked up at call time: they switch for models already built too); with
 model=, replaces that model's modules in place (same parameters, same state dict) and reroutes its RoPE and loss
@@ -14,8 +14,12 @@ only. swiglu switches the family's gated MLP, whatever its activation (geglu= is
 name). fused_linear_cross_entropy: the loss in training with labels skips the logits (returned as None);
 cross_entropy: Tigon's cross entropy on the logits where they are computed (eval with labels, or instead of the
 fused loss). check_targets=True validates the labels first (one synchronisation per step; an out-of-range label
-otherwise gives a NaN loss on a GPU). revert() undoes the class-level patches. What was replaced is logged at INFO
-on the "tigon.transformers" logger.
+otherwise gives a NaN loss on a GPU). attention (instance level only): None puts a model that sits on a GPU Tigon's
+attention kernels serve on attn_implementation="tigon" (tigon.ops.flash_attention; see tigon.transformers.attention)
+and leaves a CPU model's attention as it is; True switches it anywhere; False keeps the model's own (SDPA, ...).
+Importing tigon.transformers registers "tigon" with transformers, so attn_implementation="tigon" also works in
+from_pretrained / from_config. revert() undoes the class-level patches; revert(model=m) gives m its attention back.
+What was replaced is logged at INFO on the "tigon.transformers" logger.
 """
 
 try:
@@ -26,9 +30,12 @@ except ImportError as _e:
         "pip install 'tigon[hf]' (from a checkout: pip install \".[hf]\")"
     ) from _e
 
+from tigon.transformers import attention as _attention
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES
 from tigon.transformers._patch import apply, patch, revert
 from tigon.transformers.auto import AutoTigonForCausalLM
+
+_attention.register()  # attn_implementation="tigon"
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(BY_MODEL_TYPE))
 
@@ -43,9 +50,19 @@ def _entry(name: str):
         model=None,
         geglu: bool | None = None,
         check_targets: bool = False,
+        attention: bool | None = None,
     ):
         return apply(
-            name, rope, rms_norm, swiglu, cross_entropy, fused_linear_cross_entropy, model, geglu, check_targets
+            name,
+            rope,
+            rms_norm,
+            swiglu,
+            cross_entropy,
+            fused_linear_cross_entropy,
+            model,
+            geglu,
+            check_targets,
+            attention,
         )
 
     apply_tigon.__name__ = apply_tigon.__qualname__ = f"apply_tigon_to_{name}"

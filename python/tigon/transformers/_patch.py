@@ -15,9 +15,19 @@ import torch
 from tigon.transformers._causal_lm import make_forward
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
 from tigon.transformers._modules import activation_of, apply_rotary_pos_emb, experts_gate, mlp_class, norm_class
+from tigon.transformers.attention import NAME as ATTENTION
 
 log = logging.getLogger("tigon.transformers")
-OPTIONS = ("rope", "rms_norm", "swiglu", "geglu", "cross_entropy", "fused_linear_cross_entropy", "check_targets")
+OPTIONS = (
+    "rope",
+    "rms_norm",
+    "swiglu",
+    "geglu",
+    "cross_entropy",
+    "fused_linear_cross_entropy",
+    "check_targets",
+    "attention",
+)
 _MISSING = object()
 _saved: dict[str, dict[tuple, object]] = {}  # family name -> {(owner, attribute): what it was before Tigon}
 
@@ -32,13 +42,19 @@ def _set(family: Family, owner, attr: str, value) -> None:
     setattr(owner, attr, value)
 
 
-def revert(family: str | None = None) -> None:
+def revert(family: str | None = None, *, model: torch.nn.Module | None = None) -> None:
     """Undoes the class-level patches of one family (or all): the modeling modules get transformers' own names back.
-    Models built while patched keep their Tigon modules; instance-level patches are not undone."""
+    Models built while patched keep their Tigon modules; instance-level patches are not undone. With model=, gives
+    that model back the attention implementation it had before patch() switched it to Tigon's (its other patched
+    modules stay)."""
     if family is not None and family not in FAMILIES:
         raise ValueError(
             f"revert: argument 'family' must be None (every family) or one of {sorted(FAMILIES)}, got {family!r}"
         )
+    if model is not None:
+        _restore_attention(model)
+        if family is None:
+            return
     for name in [family] if family else list(_saved):
         for (owner, attr), value in _saved.pop(name, {}).items():
             if value is _MISSING:
@@ -197,6 +213,7 @@ def apply(
     model: torch.nn.Module | None = None,
     geglu: bool | None = None,
     check_targets: bool = False,
+    attention: bool | None = None,
 ):
     """apply_tigon_to_<name>: class level without model (returns the names rebound), else instance level (returns
     model, with what was replaced in model.tigon_patched)."""
@@ -209,9 +226,16 @@ def apply(
         fused_linear_cross_entropy=fused_linear_cross_entropy,
         check_targets=check_targets,
     )
-    for arg, value in list(flags.items()) + ([("geglu", geglu)] if geglu is not None else []):
+    for arg, value in list(flags.items()) + [
+        (k, v) for k, v in (("geglu", geglu), ("attention", attention)) if v is not None
+    ]:
         if not isinstance(value, bool):
             raise TypeError(f"{entry}: argument '{arg}' must be a bool, got {value!r}")
+    if attention and model is None:
+        raise ValueError(
+            f"{entry}: argument 'attention' applies to a built model (model=...); for models built after the class-"
+            f"level patch pass attn_implementation=\"tigon\" to from_pretrained / from_config"
+        )
     if model is not None and not isinstance(model, torch.nn.Module):
         raise TypeError(
             f"{entry}: argument 'model' must be a built model (a torch.nn.Module) or None for the class-"
@@ -227,6 +251,7 @@ def apply(
     counts = apply_instance(
         family, base, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy, check_targets
     )
+    before = _switch_attention(base, attention)
     if not any(counts.values()) and (rope or rms_norm or gated or cross_entropy or fused_linear_cross_entropy):
         warnings.warn(
             f"tigon: found no modules of transformers' {family.module} in this model (remote code, or "
@@ -234,14 +259,73 @@ def apply(
             stacklevel=3,
         )
     replaced = {kind: n for kind, n in counts.items() if n}
+    if before is not None:
+        replaced["attention"] = 1
     base.tigon_patched = replaced  # on the transformers model: wrappers (PEFT, DDP) pass attribute reads to it
     log.info(
         "tigon: %s replaced in %s: %s",
         entry,
         type(base).__name__,
-        ", ".join(f"{n} {kind}" for kind, n in replaced.items()) or "nothing",
+        ", ".join(
+            f"attention ({before} -> {ATTENTION})" if kind == "attention" else f"{n} {kind}"
+            for kind, n in replaced.items()
+        )
+        or "nothing",
     )
     return model
+
+
+# ---- attention: a setting of the model, switched where transformers allows it at runtime --------------------------
+
+
+def _device_of(model) -> torch.device:
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def _set_attention(model, name: str) -> None:
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:
+        model.config._attn_implementation = name
+
+
+def _switch_attention(model, attention: bool | None) -> str | None:
+    """Puts the model on Tigon's attention: attention=None where it is on a CUDA device Tigon's kernels serve, True
+    anywhere (the CPU reference too), False never. Returns the implementation it replaced, or None."""
+    from tigon.transformers import attention as attn
+
+    current = getattr(model.config, "_attn_implementation", None)
+    if attention is False or current == ATTENTION:
+        return None
+    device = _device_of(model)
+    if attention is None and (device.type != "cuda" or not attn.available(device)):
+        return None
+    if attn._op() is None:
+        warnings.warn("tigon: this build of tigon has no flash_attention op; attention left as it is", stacklevel=4)
+        return None
+    _set_attention(model, ATTENTION)
+    if model.config._attn_implementation != ATTENTION:
+        warnings.warn(
+            f"tigon: {type(model).__name__} cannot switch its attention implementation at runtime; left on {current!r}",
+            stacklevel=4,
+        )
+        return None
+    model._tigon_attention_before = current
+    return current
+
+
+def _restore_attention(model) -> None:
+    base = unwrap(model)
+    before = getattr(base, "_tigon_attention_before", None)
+    if before is None:
+        return
+    _set_attention(base, before)
+    del base._tigon_attention_before
+    patched = getattr(base, "tigon_patched", None)
+    if isinstance(patched, dict):
+        patched.pop("attention", None)
+    log.info("tigon: %s attention back to %s", type(base).__name__, before)
 
 
 def unwrap(model):
@@ -266,7 +350,7 @@ def unwrap(model):
 def patch(model, **options):
     """Instance-level patch of a built model, its family read from model.config.model_type (PEFT and other wrappers
     are looked through); options as apply_tigon_to_<family>'s (rope, rms_norm, swiglu, geglu, cross_entropy,
-    fused_linear_cross_entropy, check_targets). An unsupported model type warns and returns the model untouched.
+    fused_linear_cross_entropy, check_targets, attention). An unsupported model type warns and returns the model untouched.
     Returns model; what was replaced ({kind: count}) is logged at INFO on the "tigon.transformers" logger and kept in
     model.tigon_patched."""
     unknown = sorted(set(options) - set(OPTIONS))

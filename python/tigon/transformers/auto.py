@@ -8,7 +8,7 @@ from tigon.transformers._patch import OPTIONS
 class AutoTigonForCausalLM:
     """``AutoTigonForCausalLM.from_pretrained(name, **kwargs)`` loads as AutoModelForCausalLM does and patches the
     loaded model (instance level: nothing process-wide changes). Tigon's options (rope=, rms_norm=, swiglu=/geglu=,
-    cross_entropy=, fused_linear_cross_entropy=, check_targets=) are taken out of kwargs; the rest go to
+    cross_entropy=, fused_linear_cross_entropy=, check_targets=, attention=) are taken out of kwargs; the rest go to
     transformers. A model type Tigon does not support loads unpatched, with a warning."""
 
     def __init__(self, *args, **kwargs):
