@@ -13,19 +13,18 @@
 namespace tigon::attention {
 namespace {
 
-constexpr int64_t kMaxGridYZ = 65535;
-
 void require_hopper() {
   int device = 0, major = 0, minor = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   if (major != 9 || minor != 0)
-    fail(TIGON_ERROR_NOT_SUPPORTED, "the CUDA attention forward needs a Hopper GPU (sm_90); device ", device,
-         " is sm_", major, minor);
+    fail(TIGON_ERROR_NOT_SUPPORTED, "the CUDA attention forward needs a Hopper GPU (sm_90); device ", device, " is sm_",
+         major, minor);
   if (std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") == nullptr)
-    fail(TIGON_ERROR_NOT_SUPPORTED, "this build of Tigon has no sm_90a code (CMAKE_CUDA_ARCHITECTURES=",
-         TIGON_CUDA_ARCHS_STRING, "); the CUDA attention forward needs it");
+    fail(TIGON_ERROR_NOT_SUPPORTED,
+         "this build of Tigon has no sm_90a code (CMAKE_CUDA_ARCHITECTURES=", TIGON_CUDA_ARCHS_STRING,
+         "); the CUDA attention forward needs it");
 }
 
 // TMA reads q, k and v: 16-byte aligned start, strides positive multiples of 16 bytes below 2^40 bytes. A stride of
@@ -51,8 +50,9 @@ void check_output(const Tensor4& o, const Shape& s) {
   const bool odd_stride = (s.seqlen_q > 1 || s.varlen()) && o.seq_stride % 2 != 0;
   if ((reinterpret_cast<uintptr_t>(o.data) & 3u) != 0 || odd_stride || (s.heads_q > 1 && o.head_stride % 2 != 0) ||
       (!s.varlen() && s.batch > 1 && o.batch_stride % 2 != 0))
-    fail_arg("o", "the CUDA attention kernel stores element pairs: it needs a 4-byte aligned data pointer and even "
-                  "strides");
+    fail_arg("o",
+             "the CUDA attention kernel stores element pairs: it needs a 4-byte aligned data pointer and even "
+             "strides");
 }
 
 }  // namespace
@@ -67,12 +67,15 @@ void fwd_cuda(const FwdProblem& problem, void*, size_t, void* stream) {
   require_hopper();
   if (s.dtype != DType::kBFloat16 && s.dtype != DType::kFloat16)
     fail_dtype("q", dtype_name(s.dtype), ": the CUDA attention kernel takes bf16 or fp16");
-  if (s.heads_q > kMaxGridYZ) fail_arg("q", "the CUDA attention kernel takes at most ", kMaxGridYZ, " heads");
-  if (s.batch > kMaxGridYZ) fail_arg("q", "the CUDA attention kernel takes at most ", kMaxGridYZ, " sequences");
-  if (std::max({rows_q, rows_k, s.seqlen_q, s.seqlen_k}) > INT_MAX)
-    fail_arg("q", "the CUDA attention kernel takes at most 2^31 - 1 tokens");
+  // One CTA per 128-row query tile of each (head, sequence): the grid's int32 block index bounds the tiles.
+  if (std::max({rows_q, rows_k, s.seqlen_q, s.seqlen_k}) > INT_MAX ||
+      (s.seqlen_q + 127) / 128 * s.heads_q * s.batch > INT_MAX)
+    fail_arg("q", "too large for the CUDA attention kernel (at most 2^31 - 1 tokens and query tiles of 128 rows)");
 
   FwdProblem p = problem;
+  // No keys (every row gets o = 0, lse = -inf): k and v may have no memory at all, but TMA descriptors need an
+  // address; q's serves and is never read through them.
+  if (rows_k == 0) p.k.data = p.v.data = p.q.data;
   const int bytes = dtype_bytes(s.dtype);
   const int64_t batch = varlen ? 1 : s.batch;
   check_tma_source("q", p.q, rows_q, s.heads_q, batch, bytes);

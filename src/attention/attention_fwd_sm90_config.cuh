@@ -53,14 +53,16 @@ struct FwdConfig {
   using SmemLayoutKVStage = decltype(tile_to_shape(SmemAtom{}, TileKV{}));
   using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, cute::Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V read as the B operand of O = P V: (head_dim, key, stage) over the same bytes, head_dim contiguous (MN-major).
-  using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{}, make_ordered_layout(cute::Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutVt =
+      decltype(composition(SmemLayoutKV{}, make_ordered_layout(cute::Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                                               Step<_2, _1, _3>{})));
 
   // S = Q K^T: both operands from shared memory, K-major. O += P V: P from registers (the softmax output never goes
   // through shared memory), V from shared memory, MN-major.
   using ConsumerLayout = Layout<cute::Shape<Int<kConsumers>, _1, _1>>;
   using TiledMmaS = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), ConsumerLayout{}));
+      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      ConsumerLayout{}));
   using TiledMmaO = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, cute::Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
                            GMMA::Major::MN>(),
@@ -70,8 +72,8 @@ struct FwdConfig {
   // uses seq = all packed tokens and batch = 1.
   using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
-                                          Layout<GmemShape, GmemStride>{}));
+  using GmemTensor =
+      decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), Layout<GmemShape, GmemStride>{}));
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{}, TileQ{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKVStage{}, TileKV{}, _1{}));
 
@@ -117,6 +119,9 @@ struct FwdParams {
   int seqlen_q = 0, seqlen_k = 0;  // dense: the lengths; variable length: the bounds
   int total_q = 0;                 // variable length: lse's row stride per head
   int heads_q = 0, group = 1;      // query heads, query heads per key/value head
+  // Tile order (see tile_at): (head, sequence) pairs in sections of section_pairs, whose keys and values fit in L2
+  // together; each section's query tiles longest first.
+  int m_blocks = 0, pairs = 0, section_pairs = 1;
 
   // Scores are kept as x = q.k (no softcap) or x = tanh(scale q.k / softcap); the score is x times scale or
   // softcap, and x * score_log2 is the score in base-2 units, so exp2 computes the softmax.

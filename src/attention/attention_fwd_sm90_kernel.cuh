@@ -37,6 +37,19 @@ CUTE_DEVICE TileWork tile_work(FwdParams<C> const& p, int m_block, int head, int
   return w;
 }
 
+// The grid is one CTA per tile, dispatched in block order as SMs free up. Blocks run through sections of
+// section_pairs (head, sequence) pairs, all the section's highest query tiles first (under a causal mask they see
+// the most keys, so the tail of the grid holds the shortest tiles), while the section's keys and values stay in L2
+// for the tiles that share them.
+template <class C>
+CUTE_DEVICE TileWork tile_at(FwdParams<C> const& p, int linear) {
+  const int section_tiles = p.section_pairs * p.m_blocks;
+  const int section = linear / section_tiles, r = linear - section * section_tiles;
+  const int pairs_here = min(p.section_pairs, p.pairs - section * p.section_pairs);
+  const int pair = section * p.section_pairs + r % pairs_here;
+  return tile_work(p, p.m_blocks - 1 - r / pairs_here, pair % p.heads_q, pair / p.heads_q);
+}
+
 // Producer (one thread): Q, then K and V blocks from the last (the diagonal) down, into the stage the consumers
 // released last.
 template <class C>
@@ -80,7 +93,9 @@ CUTE_DEVICE void produce(FwdParams<C> const& p, typename C::SharedStorage& ss, t
   }
 }
 
-// Issues acc (+)= a b over all k slices as one wgmma batch; the caller waits for it (warpgroup_wait).
+// Issues acc (+)= a b over all k slices as one wgmma batch. The caller waits for it (warpgroup_wait) and then fences
+// acc again: the compiler sees the registers written at issue, so without that fence it could move their later
+// reads (the softmax, the rescale) above the wait.
 template <bool kZeroInit, class Mma, class A, class B, class Acc>
 CUTE_DEVICE void gemm(Mma& mma, A const& a, B const& b, Acc& acc) {
   warpgroup_fence_operand(acc);
@@ -125,12 +140,13 @@ CUTE_DEVICE void consume(FwdParams<C> const& p, typename C::SharedStorage& ss, t
     return make_tensor(c.data(), rowcol(c.layout()));
   }();
   using LayoutS = decltype(partition_fragment_C(mma_s, typename C::TileS{}).layout());
-  Tensor rP = make_tensor<Element>(LayoutS{});                      // softmax(S) rounded, kept for O += P V
+  Tensor rP = make_tensor<Element>(LayoutS{});                        // softmax(S) rounded, kept for O += P V
   Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(LayoutS{}));  // the same registers as wgmma's A operand
   static_assert(decltype(size<1>(tOrP))::value == 1 && decltype(size<2>(tOrP))::value == C::kBlockN / 16);
   static_assert(decltype(size(tOrP))::value == decltype(size(partition_shape_A(mma_o, typename C::TileS{})))::value);
   static_assert(decltype(size<0>(tOrP))::value == 8 && decltype(size<2>(tOrV))::value == C::kBlockN / 16);
-  static_assert(decltype(size<2>(tSrQ))::value == C::kHeadDim / 16 && decltype(size<2>(tSrK))::value == C::kHeadDim / 16);
+  static_assert(decltype(size<2>(tSrQ))::value == C::kHeadDim / 16 &&
+                decltype(size<2>(tSrK))::value == C::kHeadDim / 16);
   constexpr int kRows = decltype(size<0>(tOrO_rc))::value;
   static_assert(kRows == 2 && decltype(size<0>(rowcol(LayoutS{})))::value == kRows);
 
@@ -165,6 +181,7 @@ CUTE_DEVICE void consume(FwdParams<C> const& p, typename C::SharedStorage& ss, t
       gemm<true>(mma_s, tSrQ, tSrK(_, _, _, k_state.index()), tSrS);
       pass_turn(consumer);
       warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(k_state);
       ++k_state;
       finish_scores(tSrS, n);
@@ -182,12 +199,14 @@ CUTE_DEVICE void consume(FwdParams<C> const& p, typename C::SharedStorage& ss, t
       gemm<false>(mma_o, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
       pass_turn(consumer);
       warpgroup_wait<1>();  // S is ready; P V still runs
+      warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(k_state);
       ++k_state;
       finish_scores(tSrS, n);
       Tensor s_rc = make_tensor(tSrS.data(), rowcol(tSrS.layout()));
       softmax.update(s_rc, rescale);
       warpgroup_wait<0>();  // P V done: its V stage and P's registers are free
+      warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(rP);
       pipe_v.consumer_release(v_state);
       ++v_state;
@@ -204,6 +223,7 @@ CUTE_DEVICE void consume(FwdParams<C> const& p, typename C::SharedStorage& ss, t
     gemm<false>(mma_o, tOrP, tOrV(_, _, _, v_state.index()), tOrO);
     if (consumer == 0) pass_turn(consumer);  // consumer 1 had one turn passed to it before the loop
     warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(rP);
     pipe_v.consumer_release(v_state);
   }
@@ -234,9 +254,8 @@ CUTE_DEVICE void consume(FwdParams<C> const& p, typename C::SharedStorage& ss, t
     for (int r = 0; r < kRows; ++r) {
       const int row = row0 + get<0>(cO_rc(r, 0));
       if (row < w.vis.len_q) {
-        const int64_t at = p.cu_seqlens_q != nullptr
-                               ? int64_t(w.head) * p.total_q + w.q_start + row
-                               : (int64_t(w.batch) * p.heads_q + w.head) * p.seqlen_q + row;
+        const int64_t at = p.cu_seqlens_q != nullptr ? int64_t(w.head) * p.total_q + w.q_start + row
+                                                     : (int64_t(w.batch) * p.heads_q + w.head) * p.seqlen_q + row;
         p.lse[at] = lse[r];
       }
     }
@@ -249,10 +268,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) fwd_kernel(CUTE_GRID_CONSTANT 
   extern __shared__ char smem[];
   auto& ss = *reinterpret_cast<typename C::SharedStorage*>(smem);
 
-  // Highest query tiles first: under a causal mask they see the most keys, so the grid's tail holds short tiles.
-  const int m_block = int(gridDim.x - 1 - blockIdx.x);
-  const TileWork w = tile_work(p, m_block, int(blockIdx.y), int(blockIdx.z));
-  if (m_block * C::kBlockM >= w.vis.len_q) return;  // variable length: a sequence shorter than the longest
+  const TileWork w = tile_at(p, int(blockIdx.x));
+  if (w.m_block * C::kBlockM >= w.vis.len_q) return;  // variable length: a sequence shorter than the longest
 
   const int warp_group = cutlass::canonical_warp_group_idx();
   if (threadIdx.x == 0) {

@@ -3,6 +3,8 @@
 
 #include <cutlass/numeric_types.h>
 
+#include <algorithm>
+
 #include "attention/attention.h"
 #include "attention/attention_fwd_sm90.h"
 #include "attention/attention_fwd_sm90_kernel.cuh"
@@ -15,9 +17,10 @@ namespace tigon::attention::sm90 {
 template <class C>
 auto gmem_view(const Tensor4& t, int64_t rows, int64_t heads, int64_t batch) {
   using Element = typename C::Element;
-  return make_tensor(make_gmem_ptr(static_cast<Element const*>(t.data)),
-                     make_layout(typename C::GmemShape{int32_t(rows), int32_t(C::kHeadDim), int32_t(heads), int32_t(batch)},
-                                 typename C::GmemStride{t.seq_stride, _1{}, t.head_stride, t.batch_stride}));
+  return make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(t.data)),
+      make_layout(typename C::GmemShape{int32_t(rows), int32_t(C::kHeadDim), int32_t(heads), int32_t(batch)},
+                  typename C::GmemStride{t.seq_stride, _1{}, t.head_stride, t.batch_stride}));
 }
 
 template <class Element, int kHeadDim>
@@ -59,7 +62,16 @@ void launch_fwd(const FwdProblem& pr, cudaStream_t stream) {
   p.window_left = window(s.window_left);
   p.window_right = window(s.window_right);
 
-  const dim3 grid(unsigned((s.seqlen_q + C::kBlockM - 1) / C::kBlockM), unsigned(s.heads_q), unsigned(s.batch));
+  // Sections of (head, sequence) pairs whose keys and values fill at most half of L2 (query heads of one key/value
+  // head are adjacent pairs and share theirs).
+  int device = 0, l2_bytes = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  const int64_t kv_bytes_per_pair = std::max<int64_t>(1, 2 * s.seqlen_k * kHeadDim * sizeof(Element) / s.group());
+  p.m_blocks = int((s.seqlen_q + C::kBlockM - 1) / C::kBlockM);
+  p.pairs = int(s.heads_q * s.batch);
+  p.section_pairs = int(std::clamp<int64_t>(l2_bytes / 2 / kv_bytes_per_pair, 1, p.pairs));
+  const dim3 grid(unsigned(int64_t(p.m_blocks) * p.pairs));
   const int smem = int(sizeof(typename C::SharedStorage));
   auto kernel = fwd_kernel<C>;
   TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
