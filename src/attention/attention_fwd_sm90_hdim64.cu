@@ -1,0 +1,8 @@
+// Hopper forward kernel, head dim 64 (bf16 and fp16).
+#include "attention/attention_fwd_sm90_launch.cuh"
+
+namespace tigon::attention::sm90 {
+
+void fwd_hdim64(const FwdProblem& p, cudaStream_t stream) { launch_fwd_any_dtype<64>(p, stream); }
+
+}  // namespace tigon::attention::sm90
