@@ -68,14 +68,9 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, voi
   if (s.batch == 0 || s.heads_q == 0) return;
 
   bwd::Params p;
-  p.q = view(pr.q);
-  p.k = view(pr.k);
-  p.v = view(pr.v);
-  p.o = view(pr.o);
-  p.dout = view(pr.dout);
-  p.dq = view(pr.dq);
-  p.dk = view(pr.dk);
-  p.dv = view(pr.dv);
+  const Tensor4* tensors[] = {&pr.q, &pr.k, &pr.v, &pr.o, &pr.dout, &pr.dq, &pr.dk, &pr.dv};
+  bwd::View* views[] = {&p.q, &p.k, &p.v, &p.o, &p.dout, &p.dq, &p.dk, &p.dv};
+  for (int i = 0; i < 8; ++i) *views[i] = view(*tensors[i]);
   p.lse = pr.lse;
   p.rows_q = stat_rows(s);
   p.lse_log2 = static_cast<float*>(workspace);

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(32 * kPreprocessWarps) preprocess_kernel(const
 }
 
 template <class Cfg, bool kDQ>
-__global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const Params p) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Element = typename Cfg::Element;
   constexpr int R = Cfg::kBlockR, C = Cfg::kBlockC, D = Cfg::kHeadDim, kThreads = Cfg::kThreads;
@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const Params p) {
   // Streamed blocks that hold a visible pair: keys j in [i + lo, i + hi] for the resident queries (dq), queries i in
   // [j - hi, j - lo] for the resident keys (dk/dv).
   const int64_t c_min = kDQ ? max(int64_t(0), int64_t(r0) + s.lo) : max(int64_t(0), int64_t(r0) - s.hi);
-  const int64_t c_max = kDQ ? min(int64_t(len_c) - 1, int64_t(r_end) - 1 + s.hi)
-                            : min(int64_t(len_c) - 1, int64_t(r_end) - 1 - s.lo);
+  const int64_t c_max =
+      kDQ ? min(int64_t(len_c) - 1, int64_t(r_end) - 1 + s.hi) : min(int64_t(len_c) - 1, int64_t(r_end) - 1 - s.lo);
   const int c_first = int(c_min / C);
   const int n_blocks = c_min <= c_max ? int(c_max / C) - c_first + 1 : 0;
   const int steps = kDQ ? n_blocks : n_blocks * group;
@@ -135,10 +135,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const Params p) {
     const int c0 = cb * C;
     const int h_c = kDQ ? head / group : head * group + t / n_blocks;
     const int rows = min(C, len_c - c0);
-    load_tile<C, D, kThreads, LayoutCD>(sm.a[stage], row_ptr<Element>(a, b, c_start + c0, h_c), a.seq,
-                                        rows, p.aligned16, tid);
-    load_tile<C, D, kThreads, LayoutCD>(sm.b[stage], row_ptr<Element>(bv, b, c_start + c0, h_c), bv.seq,
-                                        rows, p.aligned16, tid);
+    load_tile<C, D, kThreads, LayoutCD>(sm.a[stage], row_ptr<Element>(a, b, c_start + c0, h_c), a.seq, rows,
+                                        p.aligned16, tid);
+    load_tile<C, D, kThreads, LayoutCD>(sm.b[stage], row_ptr<Element>(bv, b, c_start + c0, h_c), bv.seq, rows,
+                                        p.aligned16, tid);
     if (!kDQ) {
       const int64_t st = stat_index(p, s, b, h_c, c0);
       load_stats<C, kThreads>(sm.lse[stage], sm.delta[stage], p.lse_log2 + st, p.delta + st, rows, tid);
@@ -166,9 +166,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const Params p) {
   const float cap_log2 = p.softcap * kLog2e;
 
   if (steps > 0) {
-    load_tile<R, D, kThreads, LayoutRD>(sm.x, row_ptr<Element>(x, b, r_start + r0, head), x.seq, r_end - r0, p.aligned16, tid);
-    load_tile<R, D, kThreads, LayoutRD>(sm.y, row_ptr<Element>(y, b, r_start + r0, head), y.seq,
-                                        r_end - r0, p.aligned16, tid);
+    load_tile<R, D, kThreads, LayoutRD>(sm.x, row_ptr<Element>(x, b, r_start + r0, head), x.seq, r_end - r0,
+                                        p.aligned16, tid);
+    load_tile<R, D, kThreads, LayoutRD>(sm.y, row_ptr<Element>(y, b, r_start + r0, head), y.seq, r_end - r0,
+                                        p.aligned16, tid);
     if (kDQ) {
       const int64_t st = stat_index(p, s, b, head, r0);
       load_stats<R, kThreads>(sm.lse[0], sm.delta[0], p.lse_log2 + st, p.delta + st, r_end - r0, tid);

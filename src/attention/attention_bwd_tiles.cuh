@@ -28,9 +28,10 @@ struct Config {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 256, "unsupported head_dim");
   static constexpr int kThreads = 256;
-  // head_dim 64 leaves registers for 128 resident rows; larger head dims keep 64 (two fp32 accumulators of
-  // 64 x head_dim spread over 256 threads).
-  static constexpr int kBlockR = kHeadDim == 64 ? 128 : 64;
+  // 64 resident rows: the two fp32 accumulators of 64 x head_dim spread over 256 threads. Up to head_dim 128 two
+  // CTAs share an SM (128 registers a thread, 2 x 113 KiB of shared memory at the most).
+  static constexpr int kBlockR = 64;
+  static constexpr int kMinBlocks = kHeadDim <= 128 ? 2 : 1;
   static constexpr int kBlockC = 64;
 
   using Atom = std::conditional_t<std::is_same_v<Element, bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
@@ -59,28 +60,28 @@ struct Config {
 
   static constexpr int kStats = kBlockR > kBlockC ? kBlockR : kBlockC;
   struct Smem {
-    alignas(128) Element x[cosize_v<LayoutRD>];  // resident: k (dk/dv) or q (dq)
-    alignas(128) Element y[cosize_v<LayoutRD>];  // resident: v (dk/dv) or dout (dq)
+    alignas(128) Element x[cosize_v<LayoutRD>];     // resident: k (dk/dv) or q (dq)
+    alignas(128) Element y[cosize_v<LayoutRD>];     // resident: v (dk/dv) or dout (dq)
     alignas(128) Element a[2][cosize_v<LayoutCD>];  // streamed, two stages: q (dk/dv) or k (dq)
     alignas(128) Element b[2][cosize_v<LayoutCD>];  // streamed: dout (dk/dv) or v (dq)
     alignas(128) Element p[cosize_v<LayoutRC>];     // probabilities (dk/dv only)
     alignas(128) Element ds[cosize_v<LayoutRC>];    // score gradients
-    float lse[2][kStats];    // per query row: lse * log2(e) and delta, per stage (dk/dv) or once (dq, stage 0)
+    float lse[2][kStats];  // per query row: lse * log2(e) and delta, per stage (dk/dv) or once (dq, stage 0)
     float delta[2][kStats];
   };
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
-               "l"(gmem)
-               : "memory");
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
+      "l"(gmem)
+      : "memory");
 }
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
-               "l"(gmem)
-               : "memory");
+  asm volatile(
+      "cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
+      "l"(gmem)
+      : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
