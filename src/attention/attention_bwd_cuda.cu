@@ -1,0 +1,100 @@
+// Attention backward on CUDA: checks what the kernels need beyond the validated problem (an sm_90 device, a head dim
+// with a kernel, enough workspace), flattens the problem into kernel arguments and launches the dtype's kernels.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "attention/attention.h"
+#include "attention/attention_bwd_launch.h"
+#include "common/cuda_check.h"
+#include "common/error.h"
+
+namespace tigon::attention {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Rows of lse (and of each workspace array) per query head.
+int64_t stat_rows(const Shape& s) { return s.varlen() ? s.total_q : s.batch * s.seqlen_q; }
+
+void require_sm90(int device) {
+  int major = 0, minor = 0;
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0)
+    fail(TIGON_ERROR_NOT_SUPPORTED, "attention backward: the CUDA kernels need an sm_90 (Hopper) GPU, device ", device,
+         " is sm_", major, minor);
+}
+
+bwd::View view(const Tensor4& t) { return {t.data, t.batch_stride, t.seq_stride, t.head_stride}; }
+
+bool aligned16(const Tensor4& t) {
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % 8 == 0 && t.seq_stride % 8 == 0 &&
+         t.head_stride % 8 == 0;
+}
+
+// A window wider than both sequences together masks nothing: unbounded, which keeps the kernels' int arithmetic
+// in range.
+int clamp_window(int64_t w, int64_t span) { return w < 0 || w > span ? -1 : int(w); }
+
+}  // namespace
+
+size_t bwd_cuda_workspace_bytes(const Shape& s, bool /*deterministic: one kernel order serves both*/, int /*device*/) {
+  const size_t one = size_t(stat_rows(s)) * size_t(s.heads_q) * sizeof(float);
+  return 2 * align_up(one);  // lse in base 2, then delta
+}
+
+void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, void* stream) {
+  const Shape& s = pr.s;
+  int device = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  require_sm90(device);
+  if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256)
+    fail(TIGON_ERROR_NOT_SUPPORTED, "attention backward: head_dim ", s.head_dim,
+         " has no CUDA kernel (64, 96, 128 or 256)");
+  if (s.dtype != DType::kBFloat16 && s.dtype != DType::kFloat16)
+    fail(TIGON_ERROR_NOT_SUPPORTED, "attention backward: the CUDA kernels take bf16 or fp16, not ",
+         dtype_name(s.dtype));
+  if (s.batch > 65535 || s.heads_q > 65535 || s.seqlen_q > INT_MAX || s.seqlen_k > INT_MAX)
+    fail(TIGON_ERROR_NOT_SUPPORTED, "attention backward: more than 65535 sequences or heads, or a sequence over 2^31 ",
+         "tokens, is beyond the CUDA kernels' grid");
+  const size_t need = bwd_cuda_workspace_bytes(s, pr.deterministic, device);
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr))
+    fail_arg("workspace", "needs ", need, " bytes, got ", workspace_bytes);
+  if (s.batch == 0 || s.heads_q == 0) return;
+
+  bwd::Params p;
+  const Tensor4* tensors[] = {&pr.q, &pr.k, &pr.v, &pr.o, &pr.dout, &pr.dq, &pr.dk, &pr.dv};
+  bwd::View* views[] = {&p.q, &p.k, &p.v, &p.o, &p.dout, &p.dq, &p.dk, &p.dv};
+  for (int i = 0; i < 8; ++i) *views[i] = view(*tensors[i]);
+  p.lse = pr.lse;
+  p.rows_q = stat_rows(s);
+  p.lse_log2 = static_cast<float*>(workspace);
+  p.delta = reinterpret_cast<float*>(static_cast<char*>(workspace) + need / 2);
+  p.cu_seqlens_q = s.cu_seqlens_q;
+  p.cu_seqlens_k = s.cu_seqlens_k;
+  p.batch = int(s.batch);
+  p.heads_q = int(s.heads_q);
+  p.heads_kv = int(s.heads_kv);
+  p.head_dim = int(s.head_dim);
+  p.max_seqlen_q = int(s.seqlen_q);
+  p.max_seqlen_k = int(s.seqlen_k);
+  p.scale = s.scale;
+  p.softcap = s.softcap;
+  const int64_t span = s.seqlen_q + s.seqlen_k;
+  p.window_left = clamp_window(s.window_left, span);
+  p.window_right = s.causal ? 0 : clamp_window(s.window_right, span);
+  p.aligned16 = aligned16(pr.q) && aligned16(pr.k) && aligned16(pr.v) && aligned16(pr.dout);
+
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (s.dtype == DType::kBFloat16)
+    bwd::launch_bf16(p, st);
+  else
+    bwd::launch_f16(p, st);
+}
+
+}  // namespace tigon::attention
