@@ -35,7 +35,7 @@ if(NOT _tigon_cutlass_dir)
   if(Python3_Interpreter_FOUND)
     execute_process(
       COMMAND "${Python3_EXECUTABLE}" -c
-              "import os, cutlass_library; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))"
+              "import importlib.util, os; s = importlib.util.find_spec('cutlass_library'); print(os.path.join(list(s.submodule_search_locations)[0], 'source', 'include'))"
       OUTPUT_VARIABLE _dir OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc ERROR_QUIET)
     if(_rc EQUAL 0)
       _tigon_cutlass_usable("${_dir}" _ok)
