@@ -5,8 +5,8 @@
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \
 //     -I<cutlass>/include -DTIGON_WITH_CUDA -DTIGON_CUDA_ARCHS_STRING='"90a"' -o build/attention_fwd_smoke \
-//     bench/micro/attention_fwd_smoke.cu src/attention/attention_fwd_cuda.cu src/attention/attention_fwd_sm90_hdim*.cu \
-//     src/common/tensor.cpp src/common/tigon.cpp
+//     bench/micro/attention_fwd_smoke.cu src/attention/attention_fwd_cuda.cu src/attention/attention_fwd_sm90_hdim*.cu
+//     \ src/common/tensor.cpp src/common/tigon.cpp
 //   build/attention_fwd_smoke
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -109,7 +109,8 @@ bool check(const Case& c, std::mt19937& rng) {
     }
     s.total_q = cu_q.back(), s.total_k = cu_k.back();
   }
-  const int64_t rq = c.varlen ? s.total_q : int64_t(c.batch) * c.sq, rk = c.varlen ? s.total_k : int64_t(c.batch) * c.sk;
+  const int64_t rq = c.varlen ? s.total_q : int64_t(c.batch) * c.sq,
+                rk = c.varlen ? s.total_k : int64_t(c.batch) * c.sk;
   auto hq = random_vector<T>(rq * c.hq * c.d, rng), hk = random_vector<T>(rk * c.hkv * c.d, rng),
        hv = random_vector<T>(rk * c.hkv * c.d, rng);
   T *q, *k, *v, *o;

@@ -250,8 +250,11 @@ def test_torch_compile_fullgraph_equals_eager(device, varlen):
     compiled = _step(
         torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor"), q, k, v, dout
     )
-    for a, b in zip(eager, compiled):
-        assert torch.equal(a, b)
+    for a, b, name in zip(eager, compiled, ("o", "dq", "dk", "dv")):
+        if device == "cpu":
+            assert torch.equal(a, b), name
+        else:  # inductor fuses `o * 2 + lse.sum()` into one rounding where eager rounds twice
+            assert_close(b, a, name=name)
 
 
 @needs_cuda

@@ -291,15 +291,13 @@ def _set_attention(model, name: str) -> None:
 
 
 def _switch_attention(model, attention: bool | None) -> str | None:
-    """Puts the model on Tigon's attention: attention=None where it is on a CUDA device Tigon's kernels serve, True
-    anywhere (the CPU reference too), False never. Returns the implementation it replaced, or None."""
+    """Puts the model on Tigon's attention when attention=True (anywhere, the CPU reference too). None, the default,
+    keeps the model's own for now: Tigon's backward does not yet match SDPA's cuDNN path (docs/performance/attention.md),
+    and a patch must not make training slower. Returns the implementation it replaced, or None."""
     from tigon.transformers import attention as attn
 
     current = getattr(model.config, "_attn_implementation", None)
-    if attention is False or current == ATTENTION:
-        return None
-    device = _device_of(model)
-    if attention is None and (device.type != "cuda" or not attn.available(device)):
+    if attention is not True or current == ATTENTION:
         return None
     if attn._op() is None:
         warnings.warn("tigon: this build of tigon has no flash_attention op; attention left as it is", stacklevel=4)
