@@ -250,6 +250,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
 #endif
 }
 
+// Dynamic shared memory past 48 KiB, and the whole carveout for shared memory so that two CTAs fit where the
+// registers allow it.
+template <class Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  TIGON_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+}
+
 template <class Element, int kHeadDim>
 void launch_main(const Params& p, cudaStream_t stream) {
   using Cfg = Config<Element, kHeadDim>;
@@ -259,13 +268,13 @@ void launch_main(const Params& p, cudaStream_t stream) {
   const unsigned r_blocks_q = unsigned((p.max_seqlen_q + Cfg::kBlockR - 1) / Cfg::kBlockR);
   if (r_blocks_kv > 0) {
     auto kernel = bwd_kernel<Cfg, false>;
-    TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    allow_smem(kernel, kSmem);
     kernel<<<dim3(r_blocks_kv, unsigned(p.heads_kv), unsigned(p.batch)), Cfg::kThreads, kSmem, stream>>>(p);
     TIGON_CUDA_CHECK_LAUNCH();
   }
   if (r_blocks_q > 0) {
     auto kernel = bwd_kernel<Cfg, true>;
-    TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    allow_smem(kernel, kSmem);
     kernel<<<dim3(r_blocks_q, unsigned(p.heads_q), unsigned(p.batch)), Cfg::kThreads, kSmem, stream>>>(p);
     TIGON_CUDA_CHECK_LAUNCH();
   }

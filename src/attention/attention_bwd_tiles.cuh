@@ -36,10 +36,11 @@ struct Config {
 
   using Atom = std::conditional_t<std::is_same_v<Element, bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
                                   SM80_16x8x16_F32F16F16F32_TN>;
-  // Warp grids: all 8 warps along the rows when there are 128 of them, else 4 x 2. The tile's N of 16 per warp lets
-  // one ldmatrix.x4 feed two n8 atoms.
-  static constexpr int kWarpsM = kBlockR / 16 >= 8 ? 8 : 4;
-  static constexpr int kWarpsN = 8 / kWarpsM;
+  // Warp grid 4 x 2 for both GEMMs: 16 rows by half the columns a warp. The tile's N of 16 per warp lets one
+  // ldmatrix.x4 feed two n8 atoms.
+  static constexpr int kWarpsM = 4;
+  static constexpr int kWarpsN = 2;
+  static_assert(kWarpsM * kWarpsN * 32 == kThreads, "one warp per cell of the grid");
   using Mma = TiledMMA<MMA_Atom<Atom>, Layout<Shape<Int<kWarpsM>, Int<kWarpsN>, _1>>,
                        Tile<Int<16 * kWarpsM>, Int<16 * kWarpsN>, _16>>;
   static_assert(kBlockR % (16 * kWarpsM) == 0 && kBlockC % (16 * kWarpsN) == 0 && kHeadDim % (16 * kWarpsN) == 0,
