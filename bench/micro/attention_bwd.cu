@@ -44,9 +44,9 @@ struct Case {
   const char* name;
   DType dtype;
   int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
-  bool causal;
-  int left, right;
-  float softcap;
+  bool causal = false;
+  int left = -1, right = -1;
+  float softcap = 0.f;
   std::vector<int> lens_q, lens_k;  // variable length when not empty (batch = its size)
   int pad = 0;                      // extra elements per token row (a pad of 3 defeats 16-byte loads)
   bool bhsd = false;                // [batch, heads, seq, dim] storage seen through strides
@@ -310,70 +310,31 @@ void speed(int batch, int seqlen, int heads, int head_dim) {
 int main(int argc, char** argv) {
   std::mt19937 rng(7);
   const DType bf = DType::kBFloat16, f16 = DType::kFloat16;
-  std::vector<Case> cases = {
-      {"dense causal bf16 d128 gqa 4/2", bf, 2, 200, 200, 4, 2, 128, true, -1, -1, 0.f, {}, {}},
-      {"dense causal fp16 d64, seqlen_q 100 < seqlen_k 300 (bottom-right)",
-       f16,
-       1,
-       100,
-       300,
-       2,
-       1,
-       64,
-       true,
-       -1,
-       -1,
-       0.f,
-       {},
-       {}},
-      {"dense causal bf16 d64, seqlen_q 300 > seqlen_k 100 (rows with no key)",
-       bf,
-       1,
-       300,
-       100,
-       2,
-       2,
-       64,
-       true,
-       -1,
-       -1,
-       0.f,
-       {},
-       {}},
-      {"dense window (37, 5) bf16 d96", bf, 2, 150, 170, 2, 2, 96, false, 37, 5, 0.f, {}, {}},
-      {"dense no mask softcap 30 fp16 d256", f16, 1, 130, 97, 2, 1, 256, false, -1, -1, 30.f, {}, {}},
-      {"varlen causal gqa 6/2 bf16 d128",
-       bf,
-       0,
-       0,
-       0,
-       6,
-       2,
-       128,
-       true,
-       -1,
-       -1,
-       0.f,
-       {77, 0, 183, 5},
-       {50, 130, 210, 1}},
-      {"varlen window (20, 0) fp16 d64", f16, 0, 0, 0, 2, 2, 64, false, 20, 0, 0.f, {64, 129}, {64, 129}},
-      {"dense bf16 d128, rows padded by 3 elements (no 16-byte loads)",
-       bf,
-       2,
-       90,
-       90,
-       2,
-       2,
-       128,
-       true,
-       -1,
-       -1,
-       0.f,
-       {},
-       {},
-       3},
-      {"dense bf16 d128 stored [b, h, s, d]", bf, 2, 128, 128, 3, 3, 128, false, -1, -1, 0.f, {}, {}, 0, true},
+  std::vector<Case> cases;
+  cases.reserve(16);  // the references add() returns stay valid
+  auto add = [&](const char* name, DType t, int batch, int sq, int sk, int hq, int hk, int d) -> Case& {
+    cases.push_back(Case{name, t, batch, sq, sk, hq, hk, d});
+    return cases.back();
   };
+  add("dense causal bf16 d128 gqa 4/2", bf, 2, 200, 200, 4, 2, 128).causal = true;
+  add("dense causal fp16 d64, seqlen_q 100 < seqlen_k 300 (bottom-right)", f16, 1, 100, 300, 2, 1, 64).causal = true;
+  add("dense causal bf16 d64, seqlen_q 300 > seqlen_k 100 (rows with no key)", bf, 1, 300, 100, 2, 2, 64).causal = true;
+  Case& window = add("dense window (37, 5) bf16 d96", bf, 2, 150, 170, 2, 2, 96);
+  window.left = 37;
+  window.right = 5;
+  add("dense no mask softcap 30 fp16 d256", f16, 1, 130, 97, 2, 1, 256).softcap = 30.f;
+  Case& packed = add("varlen causal gqa 6/2 bf16 d128", bf, 0, 0, 0, 6, 2, 128);
+  packed.causal = true;
+  packed.lens_q = {77, 0, 183, 5};
+  packed.lens_k = {50, 130, 210, 1};
+  Case& packed_window = add("varlen window (20, 0) fp16 d64", f16, 0, 0, 0, 2, 2, 64);
+  packed_window.left = 20;
+  packed_window.right = 0;
+  packed_window.lens_q = packed_window.lens_k = {64, 129};
+  Case& padded = add("dense causal bf16 d128, rows padded by 3 elements (no 16-byte loads)", bf, 2, 90, 90, 2, 2, 128);
+  padded.causal = true;
+  padded.pad = 3;
+  add("dense bf16 d128 stored [b, h, s, d]", bf, 2, 128, 128, 3, 3, 128).bhsd = true;
   bool ok = true;
   for (const Case& c : cases) ok = run_case(c, rng) && ok;
   std::printf("%s\n", ok ? "all cases pass" : "SOME CASES FAIL");

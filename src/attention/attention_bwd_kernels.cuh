@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(32 * kPreprocessWarps) preprocess_kernel(const
 
 template <class Cfg, bool kDQ>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(const Params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma: sm_90a only
   using Element = typename Cfg::Element;
   constexpr int R = Cfg::kBlockR, C = Cfg::kBlockC, D = Cfg::kHeadDim, kThreads = Cfg::kThreads;
   using LayoutRD = typename Cfg::LayoutRD;
@@ -100,6 +100,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
 
   extern __shared__ __align__(128) char smem_raw[];
   auto& sm = *reinterpret_cast<typename Cfg::Smem*>(smem_raw);
+  // wgmma's swizzle follows the address bits: a buffer off its 1024-byte boundary would be read scrambled.
+  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024 != 0) __trap();
   const int tid = threadIdx.x;
   const int b = blockIdx.z;
   const int head = blockIdx.y;  // dq: the query head; dk/dv: the key/value head
@@ -135,20 +137,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
     const int c0 = cb * C;
     const int h_c = kDQ ? head / group : head * group + t / n_blocks;
     const int rows = min(C, len_c - c0);
-    load_tile<C, D, kThreads, LayoutCD>(sm.a[stage], row_ptr<Element>(a, b, c_start + c0, h_c), a.seq, rows,
-                                        p.aligned16, tid);
-    load_tile<C, D, kThreads, LayoutCD>(sm.b[stage], row_ptr<Element>(bv, b, c_start + c0, h_c), bv.seq, rows,
-                                        p.aligned16, tid);
+    load_tile<C, D, kThreads>(make_tensor(make_smem_ptr(sm.a[stage]), LayoutCD{}),
+                              row_ptr<Element>(a, b, c_start + c0, h_c), a.seq, rows, p.aligned16, tid);
+    load_tile<C, D, kThreads>(make_tensor(make_smem_ptr(sm.b[stage]), LayoutCD{}),
+                              row_ptr<Element>(bv, b, c_start + c0, h_c), bv.seq, rows, p.aligned16, tid);
     if (!kDQ) {
       const int64_t st = stat_index(p, s, b, h_c, c0);
       load_stats<C, kThreads>(sm.lse[stage], sm.delta[stage], p.lse_log2 + st, p.delta + st, rows, tid);
     }
   };
 
-  typename Cfg::Mma mma;
-  auto thr = mma.get_thread_slice(tid);
-  Tensor acc_v = partition_fragment_C(mma, Shape<Int<R>, Int<D>>{});  // dv (dk/dv only)
-  Tensor acc_g = partition_fragment_C(mma, Shape<Int<R>, Int<D>>{});  // dk or dq, before the scale
+  typename Cfg::Mma1 mma1;  // scores, dP
+  typename Cfg::Mma2 mma2;  // gradients
+  auto thr1 = mma1.get_thread_slice(tid);
+  auto thr2 = mma2.get_thread_slice(tid);
+  Tensor acc_v = partition_fragment_C(mma2, Shape<Int<R>, Int<D>>{});  // dv (dk/dv only)
+  Tensor acc_g = partition_fragment_C(mma2, Shape<Int<R>, Int<D>>{});  // dk or dq, before the scale
   clear(acc_v);
   clear(acc_g);
 
@@ -156,9 +160,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
   Tensor sY = make_tensor(make_smem_ptr(sm.y), LayoutRD{});
   Tensor sP = make_tensor(make_smem_ptr(sm.p), LayoutRC{});
   Tensor sdS = make_tensor(make_smem_ptr(sm.ds), LayoutRC{});
-  Tensor tSsP = thr.partition_C(sP);
-  Tensor tSsdS = thr.partition_C(sdS);
-  Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<R>, Int<C>>{}));  // (row, column) in the tile
+  Tensor tSsP = thr1.partition_C(sP);
+  Tensor tSsdS = thr1.partition_C(sdS);
+  Tensor tScS = thr1.partition_C(make_identity_tensor(Shape<Int<R>, Int<C>>{}));  // (row, column) in the tile
 
   const bool softcap = p.softcap > 0.f;
   const float scale_log2 = p.scale * kLog2e;
@@ -166,10 +170,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
   const float cap_log2 = p.softcap * kLog2e;
 
   if (steps > 0) {
-    load_tile<R, D, kThreads, LayoutRD>(sm.x, row_ptr<Element>(x, b, r_start + r0, head), x.seq, r_end - r0,
-                                        p.aligned16, tid);
-    load_tile<R, D, kThreads, LayoutRD>(sm.y, row_ptr<Element>(y, b, r_start + r0, head), y.seq, r_end - r0,
-                                        p.aligned16, tid);
+    load_tile<R, D, kThreads>(sX, row_ptr<Element>(x, b, r_start + r0, head), x.seq, r_end - r0, p.aligned16, tid);
+    load_tile<R, D, kThreads>(sY, row_ptr<Element>(y, b, r_start + r0, head), y.seq, r_end - r0, p.aligned16, tid);
     if (kDQ) {
       const int64_t st = stat_index(p, s, b, head, r0);
       load_stats<R, kThreads>(sm.lse[0], sm.delta[0], p.lse_log2 + st, p.delta + st, r_end - r0, tid);
@@ -183,6 +185,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
     if (t + 1 < steps) load_step(t + 1, stage ^ 1);
     cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning this step's data
     cp_async_wait<1>();
+    fence_smem_for_wgmma();
     __syncthreads();
 
     Tensor sA = make_tensor(make_smem_ptr(sm.a[stage]), LayoutCD{});
@@ -191,12 +194,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
     Tensor sBt = make_tensor(make_smem_ptr(sm.b[stage]), LayoutCDt{});
 
     // GEMM1: raw scores x a^T and dP = y b^T (resident rows x streamed rows).
-    Tensor acc_s = partition_fragment_C(mma, Shape<Int<R>, Int<C>>{});
-    Tensor acc_dp = partition_fragment_C(mma, Shape<Int<R>, Int<C>>{});
+    Tensor acc_s = partition_fragment_C(mma1, Shape<Int<R>, Int<C>>{});
+    Tensor acc_dp = partition_fragment_C(mma1, Shape<Int<R>, Int<C>>{});
     clear(acc_s);
     clear(acc_dp);
-    gemm_smem<SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N>(mma, acc_s, sX, sA, tid);
-    gemm_smem<SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N>(mma, acc_dp, sY, sB, tid);
+    gemm_smem(mma1, acc_s, sX, sA, tid);
+    gemm_smem(mma1, acc_dp, sY, sB, tid);
 
     // P = exp(s - lse) and dS = P (dP - delta) (times the softcap's derivative), zero outside the mask.
     const int c0 = (c_first + (kDQ ? t : t % n_blocks)) * C;
@@ -226,16 +229,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
       if (!kDQ) tSsP(e) = static_cast<Element>(prob);
       tSsdS(e) = static_cast<Element>(ds);
     }
+    fence_smem_for_wgmma();
     __syncthreads();
 
     // GEMM2: dv += P b (dk/dv: b = dout), dk or dq += dS a.
-    if (!kDQ) gemm_smem<SM75_U32x4_LDSM_N, SM75_U16x8_LDSM_T>(mma, acc_v, sP, sBt, tid);
-    gemm_smem<SM75_U32x4_LDSM_N, SM75_U16x8_LDSM_T>(mma, acc_g, sdS, sAt, tid);
+    if (!kDQ) gemm_smem(mma2, acc_v, sP, sBt, tid);
+    gemm_smem(mma2, acc_g, sdS, sAt, tid);
     __syncthreads();  // this stage and P/dS are rewritten by the next steps
   }
 
   // Write the resident rows (zeros where no query sees them).
-  Tensor tOcO = thr.partition_C(make_identity_tensor(Shape<Int<R>, Int<D>>{}));
+  Tensor tOcO = thr2.partition_C(make_identity_tensor(Shape<Int<R>, Int<D>>{}));
   const View g = kDQ ? p.dq : p.dk;
   Element* g_out = row_ptr<Element>(g, b, r_start + r0, head);
   Element* v_out = kDQ ? nullptr : row_ptr<Element>(p.dv, b, r_start + r0, head);
@@ -247,7 +251,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) bwd_kernel(con
       if (!kDQ) v_out[r * p.dv.seq + d] = static_cast<Element>(acc_v(e));
     }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built for another architecture: fail loudly (the launcher already refuses devices other than sm_90)
 #endif
+}
+
+// Dynamic shared memory past 48 KiB, and the whole carveout for shared memory so that two CTAs fit where the
+// registers allow it.
+template <class Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  TIGON_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
 }
 
 template <class Element, int kHeadDim>
@@ -259,13 +274,13 @@ void launch_main(const Params& p, cudaStream_t stream) {
   const unsigned r_blocks_q = unsigned((p.max_seqlen_q + Cfg::kBlockR - 1) / Cfg::kBlockR);
   if (r_blocks_kv > 0) {
     auto kernel = bwd_kernel<Cfg, false>;
-    TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    allow_smem(kernel, kSmem);
     kernel<<<dim3(r_blocks_kv, unsigned(p.heads_kv), unsigned(p.batch)), Cfg::kThreads, kSmem, stream>>>(p);
     TIGON_CUDA_CHECK_LAUNCH();
   }
   if (r_blocks_q > 0) {
     auto kernel = bwd_kernel<Cfg, true>;
-    TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    allow_smem(kernel, kSmem);
     kernel<<<dim3(r_blocks_q, unsigned(p.heads_q), unsigned(p.batch)), Cfg::kThreads, kSmem, stream>>>(p);
     TIGON_CUDA_CHECK_LAUNCH();
   }
