@@ -143,6 +143,6 @@ def train_step_markdown(rows: list[dict]) -> str:
         out.append(_caption(rs[0], ", ".join(dict.fromkeys(r["op"] for r in rs))))
     out.append(
         "Random weights, bf16, batch 4 × 2048 tokens per GPU, AdamW (foreach), activation checkpointing; attention: "
-        "SDPA, except tigon's (Tigon's own; tigon_sdpa keeps SDPA)."
+        "SDPA, except tigon_attention's (Tigon's own)."
     )
     return "\n".join(out)

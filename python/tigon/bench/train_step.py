@@ -1,10 +1,10 @@
 """Whole-model training step: a Hugging Face causal LM as transformers builds it, the same model after
-tigon.transformers.patch (tigon: with Tigon's attention too, where this GPU and build have it; tigon_sdpa: attention
-kept on SDPA, so the two rows show what Tigon's attention adds), and (when importable) after Liger-Kernel's
+tigon.transformers.patch (tigon: attention kept on SDPA, patch's default; tigon_attention: Tigon's attention too, where
+this GPU and build have it, so the two rows show what it adds), and (when importable) after Liger-Kernel's
 apply_liger_kernel_to_<family>.
 
 One step = forward with labels=input_ids, backward, AdamW (foreach) step, zero_grad; bf16 weights, SDPA attention
-(built with attn_implementation="sdpa"; the tigon row switches it to "tigon"),
+(built with attn_implementation="sdpa"; the tigon_attention row switches it to "tigon"),
 activation checkpointing (non-reentrant), random weights and tokens (no download). step_ms is the mean over the timed
 steps (host overhead included: what a training loop sees), after warm-up steps that allocate the optimizer state;
 peak_gib is torch.cuda.max_memory_allocated over warm-up and timed steps (weights, gradients and optimizer state
@@ -103,19 +103,19 @@ def _hf(name):
 def _tigon(name):
     import tigon.transformers
 
+    return lambda model: tigon.transformers.patch(model)
+
+
+def _tigon_attention(name):
+    import tigon.transformers
+    from tigon.transformers import attention
+
     def patch(model):
-        tigon.transformers.patch(model)
-        if model.config._attn_implementation != "tigon":
+        if not attention.available(next(model.parameters()).device):
             raise Skip("Tigon's attention is not available here (no flash_attention op, or not an sm_90 GPU)")
-        return model
+        return tigon.transformers.patch(model, attention=True)
 
     return patch
-
-
-def _tigon_sdpa(name):
-    import tigon.transformers
-
-    return lambda model: tigon.transformers.patch(model, attention=False)
 
 
 def _liger(name):
@@ -133,7 +133,7 @@ def _liger(name):
 IMPLS = {
     "hf": _hf,
     "tigon": _tigon,
-    "tigon_sdpa": _tigon_sdpa,
+    "tigon_attention": _tigon_attention,
     "liger": _liger,
 }  # this order: Liger's class-level patch stays in the process
 

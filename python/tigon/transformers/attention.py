@@ -27,6 +27,7 @@ import warnings
 import weakref
 
 import torch
+from transformers import masking_utils as _masking_utils
 
 NAME = "tigon"
 CUDA_HEAD_DIMS = (64, 96, 128, 256)
@@ -95,7 +96,7 @@ def tigon_attention_mask(
 ):
     """What transformers' create_*_mask hands the layers under "tigon": None (nothing padded), the 2-D padding mask,
     or, for a pattern Tigon does not express, transformers' dense 4-D boolean mask (those calls fall back)."""
-    from transformers import masking_utils as mu
+    mu = _masking_utils  # imported with this module: an import inside a compiled region breaks the graph
 
     mask_function = mask_function or mu.causal_mask_function
     if not use_vmap and _expressible(mask_function):
