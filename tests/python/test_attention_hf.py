@@ -204,6 +204,17 @@ def test_torch_compile_fullgraph():
     eager = run(model, ids)
     try:
         compiled = run(torch.compile(model, backend="aot_eager", fullgraph=True), ids)
+    except Exception:  # Tigon's failure only if transformers' own model compiles (older torch may trace neither)
+        torch._dynamo.reset()
+        try:
+            run(torch.compile(ref, backend="aot_eager", fullgraph=True), ids)
+        except Exception:  # noqa: BLE001
+            pytest.skip(
+                f"transformers {transformers.__version__}'s own gemma2 does not compile with torch {torch.__version__}"
+            )
+        finally:
+            torch._dynamo.reset()
+        raise
     finally:
         torch._dynamo.reset()
     assert_close(compiled[0], eager[0].double(), torch.float32, name="compiled logits")
@@ -332,6 +343,8 @@ def test_dense_4d_mask_falls_back(calls):
 
 def test_bidirectional_gemma3_falls_back_to_the_dense_mask():
     """Gemma 3 with use_bidirectional_attention builds its masks with an or_mask_function: dense, so SDPA."""
+    if tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6):
+        pytest.skip("transformers builds or_mask_function masks only with torch >= 2.6")
     ref, model = twins("gemma3", use_bidirectional_attention=True, attn_logit_softcapping=None)
     for m in (ref, model):
         for layer in m.model.layers:

@@ -71,14 +71,19 @@ def _workspace(size_fn, q, k, v, cu_q, cu_k, params: tuple):
     return torch.empty(nbytes, dtype=torch.uint8, device=q.device), nbytes
 
 
-def _params(scale, softcap, causal, window_left, window_right, max_seqlen_q, max_seqlen_k, deterministic) -> tuple:
+_DEFAULT_SCALE = 0.0  # 1 / sqrt(head_dim), resolved where the shapes are concrete (see flash_attention)
+
+
+def _params(q, scale, softcap, causal, window_left, window_right, max_seqlen_q, max_seqlen_k, deterministic) -> tuple:
+    if scale == _DEFAULT_SCALE:
+        scale = 1.0 / math.sqrt(max(1, q.shape[-1]))
     return (scale, softcap, int(causal), window_left, window_right, max_seqlen_q, max_seqlen_k, int(deterministic))
 
 
 def _fwd_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, softcap, causal, window_left, window_right, max_q, max_k):
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32, device=q.device)
-    params = _params(scale, softcap, causal, window_left, window_right, max_q, max_k, True)
+    params = _params(q, scale, softcap, causal, window_left, window_right, max_q, max_k, True)
     ws, nbytes = _workspace(_fwd_workspace_size, q, k, v, cu_seqlens_q, cu_seqlens_k, params)
     tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse)
     _lib.check(
@@ -99,7 +104,7 @@ def _bwd_impl(
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    params = _params(scale, softcap, causal, wl, wr, max_q, max_k, deterministic)
+    params = _params(q, scale, softcap, causal, wl, wr, max_q, max_k, deterministic)
     ws, nbytes = _workspace(_bwd_workspace_size, q, k, v, cu_seqlens_q, cu_seqlens_k, params)
     tensors = (dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, dq, dk, dv)
     _lib.check(
@@ -253,8 +258,12 @@ def flash_attention(
     cu_seqlens_k = _tensor(cu_seqlens_k, "cu_seqlens_k", optional=True)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     wl, wr = _window(window)
-    head_dim = max(1, q.shape[-1]) if q.dim() > 0 else 1  # the C API names a bad shape
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else _number(scale, "scale")
+    # The default scale is resolved by the launchers, on concrete shapes: under torch.compile's dynamic shapes the
+    # square root of a symbolic head dim is a symbolic float that torch < 2.6 cannot guard on.
+    if scale is None:
+        scale = _DEFAULT_SCALE
+    elif not _number(scale, "scale") > 0 or not math.isfinite(scale):
+        raise ValueError(f"flash_attention: argument 'scale' must be > 0 and finite, got {scale}")
     options = (
         scale,
         _number(softcap, "softcap"),

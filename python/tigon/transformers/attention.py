@@ -23,6 +23,7 @@ output_attentions, attention sinks, head dims or dtypes the CUDA kernels lack (t
 
 from __future__ import annotations
 
+import inspect
 import warnings
 import weakref
 
@@ -69,6 +70,11 @@ _EXPRESSIBLE = {
 }
 
 
+@torch.compiler.assume_constant_result  # static per mask function; some torch versions cannot trace the closure walk
+def _expressible_mask(fn) -> bool:
+    return _expressible(fn)
+
+
 def _expressible(fn, depth: int = 0) -> bool:
     if depth > 8 or getattr(fn, "__module__", None) != "transformers.masking_utils":
         return False
@@ -83,38 +89,22 @@ def _expressible(fn, depth: int = 0) -> bool:
     return True
 
 
-def tigon_attention_mask(
-    batch_size: int,
-    q_length: int,
-    kv_length: int,
-    q_offset: int = 0,
-    kv_offset: int = 0,
-    mask_function=None,
-    attention_mask: torch.Tensor | None = None,
-    use_vmap: bool = False,
-    **kwargs,
-):
+def tigon_attention_mask(*args, **kwargs):
     """What transformers' create_*_mask hands the layers under "tigon": None (nothing padded), the 2-D padding mask,
-    or, for a pattern Tigon does not express, transformers' dense 4-D boolean mask (those calls fall back)."""
+    or, for a pattern Tigon does not express, transformers' dense 4-D boolean mask (those calls fall back). The
+    arguments go through unchanged to transformers' own flash or SDPA mask builders, whose signatures differ between
+    transformers versions (5.0 takes cache_position where later versions take q_length and q_offset)."""
     mu = _masking_utils  # imported with this module: an import inside a compiled region breaks the graph
 
-    mask_function = mask_function or mu.causal_mask_function
-    if not use_vmap and _expressible(mask_function):
-        return mu.flash_attention_mask(
-            batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask
-        )
+    bound = _FLASH_MASK_SIGNATURE.bind_partial(*args, **kwargs).arguments
+    mask_function = bound.get("mask_function") or mu.causal_mask_function
+    if not kwargs.get("use_vmap", False) and _expressible_mask(mask_function):
+        return mu.flash_attention_mask(*args, **kwargs)
     kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
-    return mu.sdpa_mask(
-        batch_size,
-        q_length,
-        kv_length,
-        q_offset,
-        kv_offset,
-        mask_function,
-        attention_mask,
-        use_vmap=use_vmap,
-        **kwargs,
-    )
+    return mu.sdpa_mask(*args, **kwargs)
+
+
+_FLASH_MASK_SIGNATURE = inspect.signature(_masking_utils.flash_attention_mask)
 
 
 # ---- variable-length plans, computed once per forward (every layer gets the same mask / position_ids tensor) -------
