@@ -81,6 +81,12 @@ def check_paired(op: str, x, weight, target) -> int:
 
 
 def check_reference(op: str, target, ref_input, ref_weight) -> None:
+    for name, t in (("ref_input", ref_input), ("ref_weight", ref_weight)):
+        if t is None:
+            raise ValueError(
+                f"{op}: argument '{name}' is needed: the reference log-probabilities are computed from ref_input and "
+                "ref_weight (or pass them precomputed, or use_ref_model=False for none)"
+            )
     check_tensor(op, "ref_input", ref_input)
     check_tensor(op, "ref_weight", ref_weight)
     if ref_input.shape[:2] != target.shape:
