@@ -633,3 +633,30 @@ def test_kto_bf16_on_gpu():
         return gpu_fn(x, w, t.cuda(), b, LABELS.cuda(), kl=kl.cuda())
 
     compare(fn, ref, (x, w, b), BF16_TOL, torch.bfloat16)
+
+
+# ---- the benchmark runs ---------------------------------------------------------------------------------------------
+
+
+def test_post_training_benchmark_runs_on_the_cpu(tmp_path):
+    """python -m tigon.bench --ops post_training on the CPU's tiny shapes: every implementation checked against torch
+    eager and timed (Liger noted as skipped: Triton is CUDA only)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "python"))
+    cmd = [sys.executable, "-m", "tigon.bench", "--ops", "post_training", "--device", "cpu", "--quick"]
+    cmd += ["--reps", "1", "--warmup", "0", "--no-chart", "--out", str(tmp_path)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    got = {(r["op"], r["impl"]) for r in rows if not r.get("error")}
+    assert got >= {
+        (op, impl) for op in ("post_training_dpo", "post_training_grpo") for impl in ("tigon", "torch_eager")
+    }
+    for r in rows:
+        if r["impl"] == "tigon":
+            assert r["err_y"] < 1e-3 and r["err_dx"] < 1e-2, r
