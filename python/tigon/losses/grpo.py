@@ -153,6 +153,13 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         check_tensor(_OP, "bias", bias, optional=True)
         per_token_args = {"ref_per_token_logps": ref_per_token_logps, "old_per_token_logps": old_per_token_logps}
         adv = self._check(_input, selected_token_ids, attention_mask, advantages, per_token_args, vllm_is_ratio)
+        if self.beta != 0.0 and self.use_ref_model and ref_per_token_logps is None:  # before the policy's pass
+            if ref_input is None and ref_weight is None:
+                raise ValueError(
+                    f"{_OP}: beta != 0 needs the reference: argument 'ref_per_token_logps', or 'ref_input' and "
+                    "'ref_weight' (or use_ref_model=False for no KL term)"
+                )
+            check_reference(_OP, selected_token_ids, ref_input, ref_weight)
         live = attention_mask != 0
         mask = attention_mask.float()
         ids = torch.where(live, selected_token_ids, _IGNORE)
@@ -184,7 +191,7 @@ class FusedLinearGRPOLoss(torch.nn.Module):
 
         metrics = []
         if self.beta != 0.0:
-            ref = self._reference(_input, ids, ref_per_token_logps, ref_input, ref_weight, ref_bias, live, here)
+            ref = self._reference(ids, ref_per_token_logps, ref_input, ref_weight, ref_bias, live, here)
             diff = ref - logp
             kl = torch.exp(diff) - diff - 1
             if self.use_bias_correction_kl:
@@ -206,16 +213,10 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         metrics.append((clipped.expand_as(mask) * mask).sum() / mask.sum().clamp(min=1.0))
         return loss, tuple(m.detach() for m in metrics)
 
-    def _reference(self, x, ids, given, ref_input, ref_weight, ref_bias, live, here) -> torch.Tensor:
+    def _reference(self, ids, given, ref_input, ref_weight, ref_bias, live, here) -> torch.Tensor:
         if given is not None:
             return torch.where(live, given.detach().float(), here)
         if not self.use_ref_model:
             return here
-        if ref_input is None and ref_weight is None:
-            raise ValueError(
-                f"{_OP}: beta != 0 needs the reference: argument 'ref_per_token_logps', or 'ref_input' and "
-                "'ref_weight' (or use_ref_model=False for no KL term)"
-            )
-        check_reference(_OP, ids, ref_input, ref_weight)
         with torch.no_grad():
             return selective_log_probs(ref_input, ref_weight, ids, ref_bias, self.temperature, _IGNORE)
