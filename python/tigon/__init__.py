@@ -15,12 +15,13 @@ from tigon._lib import (
     library_path,
     version,
 )
-from tigon import nn, ops
+from tigon import losses, nn, ops
 
 __version__ = "0.1.0"
 __all__ = [
     "ops",
     "nn",
+    "losses",
     "TigonError",
     "TigonArgumentError",
     "TigonDTypeError",

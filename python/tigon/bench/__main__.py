@@ -37,7 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=_names,
         default=list(DEFAULT_OPS),
         help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also: train_step, whole-model "
-        f"training steps on a GPU, slow; train_step_fsdp2, train_step_ddp on 2+ GPUs)",
+        f"training steps on a GPU, slow; train_step_fsdp2, train_step_ddp on 2+ GPUs; post_training, DPO and GRPO "
+        f"losses from hidden states)",
     )
     p.add_argument("--impls", type=_names, default=None, help="only these implementations, e.g. tigon,torch_eager")
     p.add_argument("--shapes", type=_shapes, default=None, help="override each op's shapes, e.g. 16384x4096,4096x4096")
