@@ -142,7 +142,7 @@ def _fused_forward(model, family: Family, balance, kwargs: dict, check_targets: 
     return_dict = kwargs.pop("return_dict", None)
     labels = kwargs.pop("labels")
     logits_to_keep = kwargs.pop("logits_to_keep", 0)
-    if family.experts:
+    if family.experts and balance is not None:
         router = kwargs.pop("output_router_logits", None)
         kwargs["output_router_logits"] = model.config.output_router_logits if router is None else router
     outputs = model.model(**kwargs)  # the loss kwargs go along, as transformers passes them
@@ -151,7 +151,7 @@ def _fused_forward(model, family: Family, balance, kwargs: dict, check_targets: 
     if not family.experts:
         return _finish(model, _output(CausalLMOutputWithPast, outputs, loss=loss, logits=None), return_dict)
     aux_loss = None
-    if kwargs["output_router_logits"]:
+    if balance is not None and kwargs["output_router_logits"]:
         aux_loss = balance(
             outputs.router_logits, model.num_experts, model.num_experts_per_tok, kwargs.get("attention_mask")
         )
