@@ -28,15 +28,18 @@ class Family:
     norm_in_place: bool = True
     mlp: str | None = "llama"  # "llama" (gate/up/down), "gemma" (GeGLU, no bias), "phi3" (fused gate_up), None
     # "llama": rotate-half pairs (i, i + R/2); "glm": adjacent pairs (2i, 2i + 1), each pair's angle from the first
-    # half of the table (GLM's repeat_interleave); None: transformers' own (a rotation Tigon's op does not express)
+    # half of the table (GLM's repeat_interleave); "interleaved": adjacent pairs on the table as given (Cohere);
+    # "halves": rotate-half with a half-width table (GPT-OSS); None: transformers' own
     rope: str | None = "llama"
     mlp_bias: bool = False  # the family's MLP takes config.mlp_bias (else never biased)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
     # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate; the router's load-balancing loss is added
     # where the modeling module has load_balancing_loss_func (not every MoE family trains with one)
     experts: bool = False
+    experts_gate: bool = True  # the experts' gate is act(gate) * up (GPT-OSS's clamped gate is not)
     softcap: bool = False  # config.final_logit_softcapping applies to the logits
     logits_scaling: bool = False  # logits divided by config.logits_scaling (Granite)
+    logit_scale: bool = False  # logits multiplied by config.logit_scale (Cohere)
 
     @property
     def module(self) -> str:
@@ -85,6 +88,18 @@ FAMILIES = {
         Family("olmo3", "Olmo3", ("olmo3",), norm="olmo2", norm_in_place=False),
         Family("glm", "Glm", ("glm",), mlp="phi3", rope="glm"),
         Family("glm4", "Glm4", ("glm4",), norm_in_place=False, mlp="phi3", rope="glm"),  # sandwich norms
+        # MLA attention; its RoPE is Llama's where config.rope_interleave is False (otherwise transformers' own)
+        Family("deepseek_v3", "DeepseekV3", ("deepseek_v3",), experts=True),
+        # attention sinks and a clamped gate stay transformers'
+        Family(
+            "gpt_oss", "GptOss", ("gpt_oss",), norm="olmo2", mlp=None, rope="halves", experts=True, experts_gate=False
+        ),
+        # LayerNorms (Cohere's without bias, Nemotron's 1 + w, nn.LayerNorm) and non-gated MLPs stay transformers'
+        Family("cohere", "Cohere", ("cohere",), norm=None, rope="interleaved", logit_scale=True),
+        Family("cohere2", "Cohere2", ("cohere2",), norm=None, rope="interleaved", logit_scale=True),
+        Family("nemotron", "Nemotron", ("nemotron",), norm=None, mlp=None),
+        Family("starcoder2", "Starcoder2", ("starcoder2",), norm=None, mlp=None),
+        Family("stablelm", "StableLm", ("stablelm",), norm=None),
     ]
 }
 

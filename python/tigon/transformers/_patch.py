@@ -64,7 +64,7 @@ def revert(family: str | None = None, *, model: torch.nn.Module | None = None) -
 
 
 def _gated(family: Family, swiglu: bool) -> bool:
-    return swiglu and (family.mlp is not None or family.experts)
+    return swiglu and (family.mlp is not None or (family.experts and family.experts_gate))
 
 
 def apply_class(
@@ -79,7 +79,7 @@ def apply_class(
         _set(family, mod, f"{p}RMSNorm", norm_class(family))
     if swiglu and family.mlp:
         _set(family, mod, f"{p}MLP", mlp_class(family, _original(family, mod, f"{p}MLP")))
-    if swiglu and family.experts:
+    if swiglu and family.experts and family.experts_gate:
         experts = getattr(mod, f"{p}Experts")
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
@@ -181,7 +181,7 @@ def apply_instance(
                 setattr(parent, name, new)
                 counts[kind] += 1
     for m in model.modules():
-        if swiglu and family.experts and mine(m, "Experts"):
+        if swiglu and family.experts and family.experts_gate and mine(m, "Experts"):
             m._apply_gate = types.MethodType(experts_gate(type(m)._apply_gate), m)
             counts["experts"] += 1
         if rope and mine(m, "Attention"):
