@@ -20,7 +20,7 @@ from tolerances import TOL, assert_close
 
 transformers = pytest.importorskip("transformers")
 import tigon.transformers as tt  # noqa: E402
-from test_transformers import NAMES, build, tiny_config, causal_lm_class  # noqa: E402
+from test_transformers import NAMES, PARAMS, build, tiny_config, causal_lm_class  # noqa: E402
 from tigon.transformers import attention as attn  # noqa: E402
 from tigon.transformers._families import FAMILIES  # noqa: E402
 
@@ -155,8 +155,14 @@ def tokens(config, batch=BATCH, seq=SEQ, seed=1, device="cpu"):
 # ---- every family, dense batches ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", NAMES)
+# attention Tigon's op does not take, so these run on the fallback (tested with the fallbacks, not here)
+FALLS_BACK = {"deepseek_v3": "MLA's query and value head dims differ", "gpt_oss": "attention sinks"}
+
+
+@pytest.mark.parametrize("name", PARAMS)
 def test_family_matches_transformers(name, calls):
+    if name in FALLS_BACK:
+        pytest.skip(f"{name}: {FALLS_BACK[name]}")
     ref, model = twins(name)
     ids = tokens(ref.config)
     with warnings.catch_warnings():

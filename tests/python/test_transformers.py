@@ -40,6 +40,8 @@ COMMON = dict(
 GEMMA2_3 = dict(
     head_dim=16, query_pre_attn_scalar=16, final_logit_softcapping=0.5, attn_logit_softcapping=5.0, sliding_window=8
 )
+DEEPSEEK_MLA = dict(kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16)
+DEEPSEEK_MOE = dict(first_k_dense_replace=1, moe_intermediate_size=32, rope_interleave=False, num_key_value_heads=4)
 CONFIGS = {
     "llama": ("LlamaConfig", dict(mlp_bias=True, tie_word_embeddings=False)),
     "mistral": ("MistralConfig", dict(sliding_window=None)),
@@ -80,8 +82,90 @@ CONFIGS = {
             attention_multiplier=0.1,
         ),
     ),
+    "ministral": (
+        "MinistralConfig",
+        dict(head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    "ministral3": ("Ministral3Config", dict(head_dim=16)),
+    "smollm3": ("SmolLM3Config", dict(no_rope_layers=[1, 0])),  # the second layer has no RoPE
+    "exaone4": (  # RoPE on sliding layers only where a window is set
+        "Exaone4Config",
+        dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    "hunyuan_v1_dense": ("HunYuanDenseV1Config", dict(head_dim=16)),
+    "hunyuan_v1_moe": ("HunYuanMoEV1Config", dict(head_dim=16, num_experts=4, moe_topk=2)),
+    "olmo3": ("Olmo3Config", dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"])),
+    "glm": ("GlmConfig", dict(head_dim=16, attention_bias=True)),
+    "glm4": ("Glm4Config", dict(head_dim=16, attention_bias=True)),
+    "deepseek_v3": (  # MLA (q and kv LoRA ranks, RoPE on 8 of each head's dims), dense first layer, 4 experts top-2
+        "DeepseekV3Config",
+        dict(DEEPSEEK_MLA, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, **DEEPSEEK_MOE),
+    ),
+    "gpt_oss": (
+        "GptOssConfig",
+        dict(
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            output_router_logits=True,
+            router_aux_loss_coef=0.05,
+        ),
+    ),
+    "cohere": ("CohereConfig", dict(logit_scale=0.5, use_qk_norm=True)),
+    "cohere2": (
+        "Cohere2Config",
+        dict(logit_scale=0.5, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+    ),
+    "nemotron": ("NemotronConfig", dict(head_dim=16)),
+    "starcoder2": ("Starcoder2Config", dict(use_bias=True)),
+    "stablelm": ("StableLmConfig", dict(qk_layernorm=True, use_parallel_residual=True)),
 }
 CAUSAL_LM = {"gemma3": "Gemma3ForCausalLM"}
+ROPE_CALLS = {
+    "smollm3": 1,
+    "exaone4": 1,
+    "cohere2": 1,
+}  # layers that apply RoPE, where not every one does (tiny configs: 2 layers)
+
+
+def rope_calls(config) -> int:
+    return ROPE_CALLS.get(config.model_type, config.num_hidden_layers)
+
+
+def partial_rotary(config) -> bool:
+    return (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0) < 1.0
+
+
+def family_param(name: str):
+    """name as a test parameter, skipped where the installed transformers has no such family."""
+    cls = CONFIGS[name][0]
+    missing = not hasattr(transformers, cls)
+    reason = f"transformers {transformers.__version__} has no {cls}"
+    return pytest.param(name, marks=pytest.mark.skipif(missing, reason=reason), id=name)
+
+
+PARAMS = [family_param(n) for n in NAMES]
+# Families built from the same Tigon pieces as one tested in full (the parity and dtype tests still run for them):
+# the 32-step training and torch.compile tests run on the others, keeping the CPU test time small.
+LIGHT = {
+    "ministral",
+    "ministral3",
+    "smollm3",
+    "exaone4",
+    "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
+    "olmo3",
+    "glm4",
+    "cohere2",
+    "nemotron",
+    "starcoder2",
+    "stablelm",
+}
+FULL = [p for p in PARAMS if p.values[0] not in LIGHT]
+COMPILED = [p for p in FULL if p.values[0] != "deepseek_v3"]  # MoE tracing is Qwen3-MoE's and Mixtral's test
 
 
 def tiny_config(name: str):
@@ -141,6 +225,7 @@ def spies(monkeypatch):
         return wrapper
 
     monkeypatch.setattr(_modules, "_tigon_apply_rotary_pos_emb", counted("rope", _modules._tigon_apply_rotary_pos_emb))
+    monkeypatch.setattr(_modules, "_tigon_rope", counted("rope", _modules._tigon_rope))
     glu = _modules._FusedGLU
     monkeypatch.setattr(_modules, "_FusedGLU", type("Counted", (), {"apply": staticmethod(counted("gate", glu.apply))}))
     monkeypatch.setattr(
@@ -164,13 +249,12 @@ def patched_copy(name: str, ref, level: str):
 def assert_tigon_modules(name: str, model) -> None:
     """No module of the family that Tigon replaces is left."""
     fam = FAMILIES[name]
+    replaced = [f"{fam.prefix}RMSNorm"] * (fam.norm is not None) + [f"{fam.prefix}MLP"] * (fam.mlp is not None)
     left = [
-        type(m).__name__
-        for m in model.modules()
-        if type(m).__module__ == fam.module and type(m).__name__ in (f"{fam.prefix}RMSNorm", f"{fam.prefix}MLP")
+        type(m).__name__ for m in model.modules() if type(m).__module__ == fam.module and type(m).__name__ in replaced
     ]
     assert not left, left
-    assert any(type(m).__name__.startswith("Tigon") for m in model.modules())
+    assert any(type(m).__name__.startswith("Tigon") for m in model.modules()) == bool(replaced)
 
 
 def compare(got, ref, name=""):
@@ -178,7 +262,7 @@ def compare(got, ref, name=""):
 
 
 @pytest.mark.parametrize("level", ["class", "instance"])
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", PARAMS)
 def test_family_matches_transformers(name, level, class_level, spies):
     ref = build(name)
     ids, labels = make_batch(ref.config)
@@ -193,12 +277,16 @@ def test_family_matches_transformers(name, level, class_level, spies):
     assert model.state_dict().keys() == ref.state_dict().keys()
     out, grads = loss_and_grads(model, ids, labels)
     assert out.logits is None  # training with labels: the fused loss never makes them
-    assert spies["loss"] == 1 and spies["rope"] == ref.config.num_hidden_layers
+    assert spies["loss"] == 1 and spies["rope"] == rope_calls(ref.config)
     if FAMILIES[name].experts:
         # transformers defaults to grouped_mm experts, which call the gate Tigon replaces; without grouped_mm (torch <
         # 2.9) it falls back to eager experts, which inline their own gate (test_moe_experts_implementations)
-        assert spies["gate"] > 0 or model.config._experts_implementation == "eager"
-        assert_close(out.aux_loss.detach(), ref_out.aux_loss.detach().double(), torch.float32, name="aux_loss")
+        if FAMILIES[name].experts_gate:
+            assert spies["gate"] > 0 or model.config._experts_implementation == "eager"
+        if ref_out.aux_loss is None:  # a family trained without the router's load-balancing loss
+            assert out.aux_loss is None
+        else:
+            assert_close(out.aux_loss.detach(), ref_out.aux_loss.detach().double(), torch.float32, name="aux_loss")
     compare(out.loss, ref_out.loss, "loss")
     assert grads.keys() == ref_grads.keys()
     for pname, g in grads.items():
@@ -473,7 +561,7 @@ def train(model, toks, steps=STEPS, device="cpu"):
     return torch.stack(losses).double()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", FULL)
 def test_training_follows_transformers(name):
     """32 AdamW steps from the same weights on the same tokens. Per-step losses within 1e-4 (5x fp32's rtol: the
     MoE routers' top-k is discontinuous, so a near-tie can route one token differently a few steps in). Parameters
@@ -488,6 +576,10 @@ def test_training_follows_transformers(name):
     assert ref_losses[-1] < ref_losses[0] - 0.5  # it learns
     torch.testing.assert_close(losses, ref_losses, rtol=1e-4, atol=0)
     for (pname, p), q, p0 in zip(model.named_parameters(), ref.parameters(), start.parameters()):
+        if pname.endswith("k_proj.bias") and partial_rotary(ref.config):
+            # k's bias in the dims RoPE passes through adds the same q . b to every logit of a row (softmax drops
+            # it): its gradient is rounding noise in both runs, which Adam turns into full +-lr steps
+            continue
         drift, moved = (p - q).norm().item(), (q - p0).norm().item()
         assert drift <= 1e-2 * moved + 1e-6, f"{pname}: {drift:.2e} apart after moving {moved:.2e}"
 
@@ -509,7 +601,7 @@ def _compile_fails(model, ids, labels) -> bool:
 MAY_NOT_COMPILE = {name: FAMILIES[name].experts for name in NAMES}
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", COMPILED)
 def test_torch_compile_fullgraph(name, spies):
     ref = build(name)
     ids, labels = make_batch(ref.config)
@@ -551,7 +643,7 @@ def _rel_err(got, ref) -> float:
     ],
     ids=["cpu-bf16", "cuda-fp32", "cuda-bf16"],
 )
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", PARAMS)
 def test_matches_transformers_in_dtype(name, device, dtype, spies):
     ref32 = build(name, device=device)
     ids, labels = make_batch(ref32.config, device=device)
@@ -560,7 +652,7 @@ def test_matches_transformers_in_dtype(name, device, dtype, spies):
     model = patched_copy(name, hf, "instance")
     hf_out, hf_grads = loss_and_grads(hf, ids, labels)
     out, grads = loss_and_grads(model, ids, labels)
-    assert spies["loss"] == 1 and spies["rope"] == ref32.config.num_hidden_layers
+    assert spies["loss"] == 1 and spies["rope"] == rope_calls(ref32.config)
     if dtype == torch.float32:
         compare(out.loss, hf_out.loss, "loss")
         for pname, g in grads.items():

@@ -85,6 +85,22 @@ apply_tigon_to_gemma3 = _entry("gemma3")  # Gemma 3 text (model type gemma3_text
 apply_tigon_to_phi3 = _entry("phi3")
 apply_tigon_to_olmo2 = _entry("olmo2")
 apply_tigon_to_granite = _entry("granite")
+apply_tigon_to_ministral = _entry("ministral")
+apply_tigon_to_ministral3 = _entry("ministral3")
+apply_tigon_to_smollm3 = _entry("smollm3")
+apply_tigon_to_exaone4 = _entry("exaone4")
+apply_tigon_to_hunyuan_v1_dense = _entry("hunyuan_v1_dense")
+apply_tigon_to_hunyuan_v1_moe = _entry("hunyuan_v1_moe")
+apply_tigon_to_olmo3 = _entry("olmo3")
+apply_tigon_to_glm = _entry("glm")
+apply_tigon_to_glm4 = _entry("glm4")
+apply_tigon_to_deepseek_v3 = _entry("deepseek_v3")
+apply_tigon_to_gpt_oss = _entry("gpt_oss")
+apply_tigon_to_cohere = _entry("cohere")
+apply_tigon_to_cohere2 = _entry("cohere2")
+apply_tigon_to_nemotron = _entry("nemotron")
+apply_tigon_to_starcoder2 = _entry("starcoder2")
+apply_tigon_to_stablelm = _entry("stablelm")
 
 __all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "TigonCallback", "patch", "revert"] + [
     f"apply_tigon_to_{n}" for n in FAMILIES

@@ -5,7 +5,7 @@ fused linear + cross entropy, so the [tokens, vocab] logits never exist (the out
 matches transformers' ForCausalLMLoss (loss/loss_utils.py): labels shifted left with ignore_index (-100) padding unless
 shift_labels is given, mean over the non-ignored tokens, or a sum divided by num_items_in_batch when the Trainer
 passes it (gradient accumulation); logits_to_keep slices the hidden states first; Gemma 2/3's final-logit softcap is
-the op's softcap; Granite's logits / config.logits_scaling is applied to the hidden states (the same product, one
+the op's softcap; Granite's logits / config.logits_scaling and Cohere's logits * config.logit_scale are applied to the hidden states (the same product, one
 rounding elsewhere); MoE families add router_aux_loss_coef * the load-balancing loss as transformers does.
 
 Everything else (eval, no labels, a custom loss_function, an lm_head that is not a plain float nn.Linear, e.g.
@@ -67,6 +67,8 @@ def fused_loss(
     config = model.config
     if family.logits_scaling:
         x = x / config.logits_scaling
+    if family.logit_scale:
+        x = x * config.logit_scale
     softcap = getattr(config, "final_logit_softcapping", None) if family.softcap else None
     weight, bias = model.lm_head.weight, model.lm_head.bias
     reduction = "mean" if num_items_in_batch is None else "sum"
@@ -142,7 +144,7 @@ def _fused_forward(model, family: Family, balance, kwargs: dict, check_targets: 
     return_dict = kwargs.pop("return_dict", None)
     labels = kwargs.pop("labels")
     logits_to_keep = kwargs.pop("logits_to_keep", 0)
-    if family.experts:
+    if family.experts and balance is not None:
         router = kwargs.pop("output_router_logits", None)
         kwargs["output_router_logits"] = model.config.output_router_logits if router is None else router
     outputs = model.model(**kwargs)  # the loss kwargs go along, as transformers passes them
@@ -151,7 +153,7 @@ def _fused_forward(model, family: Family, balance, kwargs: dict, check_targets: 
     if not family.experts:
         return _finish(model, _output(CausalLMOutputWithPast, outputs, loss=loss, logits=None), return_dict)
     aux_loss = None
-    if kwargs["output_router_logits"]:
+    if balance is not None and kwargs["output_router_logits"]:
         aux_loss = balance(
             outputs.router_logits, model.num_experts, model.num_experts_per_tok, kwargs.get("attention_mask")
         )

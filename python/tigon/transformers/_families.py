@@ -22,16 +22,24 @@ class Family:
     name: str  # apply_tigon_to_<name>; transformers.models.<name>
     prefix: str  # class-name prefix in the modeling module
     model_types: tuple[str, ...]  # config.model_type values patch() maps here
-    norm: str = "llama"  # key of NORMS
+    norm: str | None = "llama"  # key of NORMS; None: the family's norms are not RMSNorms Tigon reproduces
     # dX written over dY in the RMSNorm backward: only safe where no norm's output feeds a residual add directly
     # (pre-norm blocks). Sandwich norms (Gemma 2/3) and post-norms (OLMo 2) share dY with the residual branch.
     norm_in_place: bool = True
     mlp: str | None = "llama"  # "llama" (gate/up/down), "gemma" (GeGLU, no bias), "phi3" (fused gate_up), None
+    # "llama": rotate-half pairs (i, i + R/2); "glm": adjacent pairs (2i, 2i + 1), each pair's angle from the first
+    # half of the table (GLM's repeat_interleave); "interleaved": adjacent pairs on the table as given (Cohere);
+    # "halves": rotate-half with a half-width table (GPT-OSS); None: transformers' own
+    rope: str | None = "llama"
     mlp_bias: bool = False  # the family's MLP takes config.mlp_bias (else never biased)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
-    experts: bool = False  # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate
+    # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate; the router's load-balancing loss is added
+    # where the modeling module has load_balancing_loss_func (not every MoE family trains with one)
+    experts: bool = False
+    experts_gate: bool = True  # the experts' gate is act(gate) * up (GPT-OSS's clamped gate is not)
     softcap: bool = False  # config.final_logit_softcapping applies to the logits
     logits_scaling: bool = False  # logits divided by config.logits_scaling (Granite)
+    logit_scale: bool = False  # logits multiplied by config.logit_scale (Cohere)
 
     @property
     def module(self) -> str:
@@ -71,6 +79,27 @@ FAMILIES = {
         Family("phi3", "Phi3", ("phi3",), mlp="phi3"),
         Family("olmo2", "Olmo2", ("olmo2",), norm="olmo2", norm_in_place=False),
         Family("granite", "Granite", ("granite",), mlp_bias=True, logits_scaling=True),
+        Family("ministral", "Ministral", ("ministral",)),
+        Family("ministral3", "Ministral3", ("ministral3",)),
+        Family("smollm3", "SmolLM3", ("smollm3",)),  # its NoPE layers call no RoPE
+        Family("exaone4", "Exaone4", ("exaone4",), norm_in_place=False),  # post-norms, q/k norms
+        Family("hunyuan_v1_dense", "HunYuanDenseV1", ("hunyuan_v1_dense",)),
+        Family("hunyuan_v1_moe", "HunYuanMoEV1", ("hunyuan_v1_moe",), experts=True),  # shared MLP too
+        Family("olmo3", "Olmo3", ("olmo3",), norm="olmo2", norm_in_place=False),
+        Family("glm", "Glm", ("glm",), mlp="phi3", rope="glm"),
+        Family("glm4", "Glm4", ("glm4",), norm_in_place=False, mlp="phi3", rope="glm"),  # sandwich norms
+        # MLA attention; its RoPE is Llama's where config.rope_interleave is False (otherwise transformers' own)
+        Family("deepseek_v3", "DeepseekV3", ("deepseek_v3",), experts=True),
+        # attention sinks and a clamped gate stay transformers'
+        Family(
+            "gpt_oss", "GptOss", ("gpt_oss",), norm="olmo2", mlp=None, rope="halves", experts=True, experts_gate=False
+        ),
+        # LayerNorms (Cohere's without bias, Nemotron's 1 + w, nn.LayerNorm) and non-gated MLPs stay transformers'
+        Family("cohere", "Cohere", ("cohere",), norm=None, rope="interleaved", logit_scale=True),
+        Family("cohere2", "Cohere2", ("cohere2",), norm=None, rope="interleaved", logit_scale=True),
+        Family("nemotron", "Nemotron", ("nemotron",), norm=None, mlp=None),
+        Family("starcoder2", "Starcoder2", ("starcoder2",), norm=None, mlp=None),
+        Family("stablelm", "StableLm", ("stablelm",), norm=None),
     ]
 }
 

@@ -9,6 +9,7 @@ import torch
 
 from tigon.nn.rms_norm import RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb as _tigon_apply_rotary_pos_emb
+from tigon.ops.rope import rope as _tigon_rope
 from tigon.nn.swiglu import _HIDDEN_ACT, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.ops._common import FLOAT_DTYPES, rows_ok
 from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU
@@ -94,9 +95,51 @@ def mlp_class(family: Family, hf_class: type) -> type:
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
     """transformers' apply_rotary_pos_emb (every family here: rotate-half, partial rotary when cos is narrower than
     the head) as one Tigon kernel for q and k. Not in place: q and k may be views of projections still in use."""
+    cos, sin = _rope_tables(q, cos, sin)
+    return _tigon_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+
+
+def _rope_tables(q, cos, sin):
     if cos.dtype != torch.float32 and cos.dtype != q.dtype:  # e.g. fp16 q with bf16 tables: the op takes fp32
         cos, sin = cos.float(), sin.float()
-    return _tigon_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    return cos, sin
+
+
+def _rope(q, k, cos, sin, unsqueeze_dim: int, interleaved: bool):
+    layout = {1: "bhtd", 2: "bthd"}.get(unsqueeze_dim)
+    if layout is None:
+        raise ValueError(f"apply_rotary_pos_emb: argument 'unsqueeze_dim' must be 1 or 2, got {unsqueeze_dim!r}")
+    cos, sin = _rope_tables(q, cos, sin)
+    return _tigon_rope(q, k, cos, sin, layout=layout, interleaved=interleaved)
+
+
+def apply_rotary_pos_emb_glm(q, k, cos, sin, unsqueeze_dim=1):
+    """GLM's apply_rotary_pos_emb: adjacent pairs (2i, 2i + 1) over the first R dims (R = cos's width, the rest pass
+    through), pair i turned by the angle at column i of the table (cos[..., :R/2] repeated twice element-wise, as
+    GLM builds it). The same rotation as one Tigon kernel in its interleaved mode, on the table GLM would build."""
+    half = cos.shape[-1] // 2
+    cos, sin = cos[..., :half].repeat_interleave(2, -1), sin[..., :half].repeat_interleave(2, -1)
+    return _rope(q, k, cos, sin, unsqueeze_dim, interleaved=True)
+
+
+def apply_rotary_pos_emb_interleaved(q, k, cos, sin, unsqueeze_dim=1):
+    """Cohere's apply_rotary_pos_emb: adjacent pairs (2i, 2i + 1) on a table its rotary embedding already builds
+    interleaved (each angle twice in a row); fp32 math, one rounding to q's dtype, as Cohere computes it."""
+    return _rope(q, k, cos, sin, unsqueeze_dim, interleaved=True)
+
+
+def apply_rotary_pos_emb_halves(q, k, cos, sin, unsqueeze_dim=1):
+    """GPT-OSS's apply_rotary_pos_emb: rotate-half pairs (i, i + D/2) with a half-width table (one angle per pair);
+    the same rotation as Tigon's rotate-half kernel on the table written out for both halves."""
+    return _rope(q, k, torch.cat([cos, cos], -1), torch.cat([sin, sin], -1), unsqueeze_dim, interleaved=False)
+
+
+ROPE = {
+    "llama": apply_rotary_pos_emb,
+    "glm": apply_rotary_pos_emb_glm,
+    "interleaved": apply_rotary_pos_emb_interleaved,
+    "halves": apply_rotary_pos_emb_halves,
+}
 
 
 def experts_gate(fallback):

@@ -14,7 +14,7 @@ import torch
 
 from tigon.transformers._causal_lm import make_forward
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
-from tigon.transformers._modules import activation_of, apply_rotary_pos_emb, experts_gate, mlp_class, norm_class
+from tigon.transformers._modules import ROPE, activation_of, experts_gate, mlp_class, norm_class
 from tigon.transformers.attention import NAME as ATTENTION
 
 log = logging.getLogger("tigon.transformers")
@@ -64,7 +64,7 @@ def revert(family: str | None = None, *, model: torch.nn.Module | None = None) -
 
 
 def _gated(family: Family, swiglu: bool) -> bool:
-    return swiglu and (family.mlp is not None or family.experts)
+    return swiglu and (family.mlp is not None or (family.experts and family.experts_gate))
 
 
 def apply_class(
@@ -74,15 +74,16 @@ def apply_class(
     revert(family.name)  # each call states the whole patch: options left off are transformers' again
     mod = importlib.import_module(family.module)
     p = family.prefix
+    rms_norm, rope = rms_norm and family.norm is not None, rope and family.rope is not None
     if rms_norm:
         _set(family, mod, f"{p}RMSNorm", norm_class(family))
     if swiglu and family.mlp:
         _set(family, mod, f"{p}MLP", mlp_class(family, _original(family, mod, f"{p}MLP")))
-    if swiglu and family.experts:
+    if swiglu and family.experts and family.experts_gate:
         experts = getattr(mod, f"{p}Experts")
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
-        _set(family, mod, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+        _set(family, mod, "apply_rotary_pos_emb", ROPE[family.rope])
     if ce or flce:
         lm = getattr(mod, f"{p}ForCausalLM")
         _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce, check_targets))
@@ -167,6 +168,7 @@ def apply_instance(
     p = family.prefix
     mine = lambda m, suffix: type(m).__module__ == family.module and type(m).__name__ == p + suffix  # noqa: E731
     counts = {"rms_norm": 0, "mlp": 0, "experts": 0, "rope": 0, "loss": 0}
+    rms_norm, rope = rms_norm and family.norm is not None, rope and family.rope is not None
     norm_cls = norm_class(family) if rms_norm else None
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -179,11 +181,11 @@ def apply_instance(
                 setattr(parent, name, new)
                 counts[kind] += 1
     for m in model.modules():
-        if swiglu and family.experts and mine(m, "Experts"):
+        if swiglu and family.experts and family.experts_gate and mine(m, "Experts"):
             m._apply_gate = types.MethodType(experts_gate(type(m)._apply_gate), m)
             counts["experts"] += 1
         if rope and mine(m, "Attention"):
-            forward = with_globals(type(m).forward, apply_rotary_pos_emb=apply_rotary_pos_emb)
+            forward = with_globals(type(m).forward, apply_rotary_pos_emb=ROPE[family.rope])
             if forward is None:
                 warnings.warn(
                     f"tigon: cannot reroute {type(m).__name__}'s RoPE (its forward is not a plain "
