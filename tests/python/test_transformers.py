@@ -283,8 +283,8 @@ def test_family_matches_transformers(name, level, class_level, spies):
         # 2.9) it falls back to eager experts, which inline their own gate (test_moe_experts_implementations)
         if FAMILIES[name].experts_gate:
             assert spies["gate"] > 0 or model.config._experts_implementation == "eager"
-        if ref_out.aux_loss is None:  # a family trained without the router's load-balancing loss
-            assert out.aux_loss is None
+        if getattr(ref_out, "aux_loss", None) is None:  # no router loss (or, in older transformers, no such output)
+            assert getattr(out, "aux_loss", None) is None
         else:
             assert_close(out.aux_loss.detach(), ref_out.aux_loss.detach().double(), torch.float32, name="aux_loss")
     compare(out.loss, ref_out.loss, "loss")

@@ -79,8 +79,8 @@ def apply_class(
         _set(family, mod, f"{p}RMSNorm", norm_class(family))
     if swiglu and family.mlp:
         _set(family, mod, f"{p}MLP", mlp_class(family, _original(family, mod, f"{p}MLP")))
-    if swiglu and family.experts and family.experts_gate:
-        experts = getattr(mod, f"{p}Experts")
+    experts = getattr(mod, f"{p}Experts", None)  # older transformers may run the family's experts inline
+    if swiglu and family.experts and family.experts_gate and hasattr(experts, "_apply_gate"):
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
         _set(family, mod, "apply_rotary_pos_emb", ROPE[family.rope])
@@ -181,7 +181,7 @@ def apply_instance(
                 setattr(parent, name, new)
                 counts[kind] += 1
     for m in model.modules():
-        if swiglu and family.experts and family.experts_gate and mine(m, "Experts"):
+        if swiglu and family.experts and family.experts_gate and mine(m, "Experts") and hasattr(m, "_apply_gate"):
             m._apply_gate = types.MethodType(experts_gate(type(m)._apply_gate), m)
             counts["experts"] += 1
         if rope and mine(m, "Attention"):
