@@ -14,9 +14,9 @@ only. swiglu switches the family's gated MLP, whatever its activation (geglu= is
 name). fused_linear_cross_entropy: the loss in training with labels skips the logits (returned as None);
 cross_entropy: Tigon's cross entropy on the logits where they are computed (eval with labels, or instead of the
 fused loss). check_targets=True validates the labels first (one synchronisation per step; an out-of-range label
-otherwise gives a NaN loss on a GPU). attention (instance level only): None puts a model that sits on a GPU Tigon's
-attention kernels serve on attn_implementation="tigon" (tigon.ops.flash_attention; see tigon.transformers.attention)
-and leaves a CPU model's attention as it is; True switches it anywhere; False keeps the model's own (SDPA, ...).
+otherwise gives a NaN loss on a GPU). attention (instance level only): True puts the model on
+attn_implementation="tigon" (tigon.ops.flash_attention; see tigon.transformers.attention); None (the default) and
+False keep the model's own (SDPA, ...) while Tigon's attention backward trails cuDNN's.
 Importing tigon.transformers registers "tigon" with transformers, so attn_implementation="tigon" also works in
 from_pretrained / from_config. revert() undoes the class-level patches; revert(model=m) gives m its attention back.
 What was replaced is logged at INFO on the "tigon.transformers" logger.
