@@ -2,14 +2,15 @@
 
 TRL (1.16) has no hook for a loss module: its trainers score tokens with a fused LM head of their own, and
 `use_liger_kernel` only applies Liger's layer kernels. These subclasses override the one method that computes the
-loss, `_compute_loss`, run the model's backbone (`model.base_model`: the decoder with its final norm) and pass the
-hidden states and the LM head's weight to FusedLinearDPOLoss / FusedLinearGRPOLoss, which never materialise the
-logits. Everything else (data, generation, rewards, advantages, reference log-probabilities, optimisation) is TRL's.
+loss, `_compute_loss`: they call the model (through its DDP/FSDP wrapper) for the last hidden states of its backbone
+(`base_model`: the decoder with its final norm), with the LM head projecting no position, and pass those states and
+the LM head's weight to FusedLinearDPOLoss / FusedLinearGRPOLoss, which never materialise the logits. Everything else (data, generation, rewards, advantages, reference log-probabilities, optimisation) is TRL's.
 
 Supported: DPO with one loss type among tigon.losses.DPO_LOSS_TYPES, the reverse-KL divergence, no WPO weighting, no
 LD-DPO (ld_alpha) and no MoE aux loss; GRPO with a loss type among tigon.losses.GRPO_LOSS_TYPES, no entropy mask or
 bonus, no off-policy mask and no MoE aux loss. Anything else is refused at construction. Only the loss and the reward
-metrics are logged. Importing this module needs trl.
+metrics are logged. Importing this module needs trl. Tested in one process (tests/python/test_losses_trl.py); the
+FSDP2 gather of the LM head is tested outside TRL (tests/python/test_losses_distributed.py).
 """
 
 from __future__ import annotations
@@ -31,19 +32,31 @@ def _refuse(trainer: str, what: str) -> None:
 
 
 def _head(model) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The LM head's weight and bias, gathered when FSDP2 shards them (the fused op takes plain tensors)."""
+    """The LM head's weight and bias, gathered when FSDP2 still holds them sharded (the fused op takes plain tensors).
+    Each rank's gradient is then a part of the mean over ranks, reduce-scattered averaged as FSDP2 does its own."""
     head = model.get_output_embeddings()
     weight, bias = head.weight, head.bias
     if hasattr(weight, "full_tensor"):
-        weight = weight.full_tensor()
-        bias = None if bias is None else bias.full_tensor()
+        from torch.distributed.tensor import Partial
+
+        weight = weight.full_tensor(grad_placements=[Partial("avg")])
+        bias = None if bias is None else bias.full_tensor(grad_placements=[Partial("avg")])
     return weight, bias
 
 
-def _hidden(model, **inputs) -> torch.Tensor:
-    """The backbone's last hidden states [B, T, H], the LM head's input (the model called as wrapped, so that
-    distributed wrappers see the forward)."""
-    return model.base_model(**inputs, use_cache=False).last_hidden_state
+def _hidden(trainer, model, **inputs) -> torch.Tensor:
+    """The backbone's last hidden states [B, T, H], the LM head's input. The model is called whole, through its
+    DDP/FSDP wrapper (whose forward hooks gather parameters and prepare the gradient reduction), with an empty
+    logits_to_keep so that the LM head projects no position; a hook on the backbone takes its output."""
+    captured = []
+    backbone = trainer.accelerator.unwrap_model(model).base_model
+    handle = backbone.register_forward_hook(lambda module, args, out: captured.append(out.last_hidden_state))
+    try:
+        keep = torch.empty(0, dtype=torch.long, device=inputs["input_ids"].device)
+        model(**inputs, use_cache=False, logits_to_keep=keep)
+    finally:
+        handle.remove()
+    return captured[-1]
 
 
 class TigonDPOTrainer(DPOTrainer):
@@ -71,7 +84,7 @@ class TigonDPOTrainer(DPOTrainer):
         model_inputs = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
         # Shifted targets: the completion's tokens, the prompt's and the padding ignored
         target = inputs["input_ids"].masked_fill(inputs["completion_mask"] == 0, -100)[:, 1:]
-        hidden = _hidden(model, **model_inputs)[:, :-1]
+        hidden = _hidden(self, model, **model_inputs)[:, :-1]
         weight, bias = _head(self.accelerator.unwrap_model(model))
         reference = {}
         if self.precompute_ref_logps:
@@ -82,11 +95,10 @@ class TigonDPOTrainer(DPOTrainer):
         else:
             if self.ref_model is None:
                 _refuse(type(self).__name__, "a PEFT model without a separate reference model")
-            # Under autocast as TRL runs the reference (its prepared forward is, and this calls the backbone directly)
-            with torch.no_grad(), self.accelerator.autocast():
+            with torch.no_grad():
                 ref_weight, ref_bias = _head(self.accelerator.unwrap_model(self.ref_model))
                 reference = {
-                    "ref_input": _hidden(self.ref_model, **model_inputs)[:, :-1],
+                    "ref_input": _hidden(self, self.ref_model, **model_inputs)[:, :-1],
                     "ref_weight": ref_weight,
                     "ref_bias": ref_bias,
                 }
@@ -137,7 +149,7 @@ class TigonGRPOTrainer(GRPOTrainer):
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         # The hidden state before each completion token predicts it
-        hidden = _hidden(model, input_ids=input_ids, attention_mask=attention_mask)[:, -n - 1 : -1]
+        hidden = _hidden(self, model, input_ids=input_ids, attention_mask=attention_mask)[:, -n - 1 : -1]
         weight, bias = _head(self.accelerator.unwrap_model(model))
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         num_items = None
