@@ -7,9 +7,11 @@ Skips when trl is not installed (it is not on the transformers 5.0 floor)."""
 import pytest
 import torch
 
-trl = pytest.importorskip("trl", reason="trl is not installed: TRL trainer integration not tested")
+trl = pytest.importorskip(
+    "trl", reason="trl is not importable: TRL trainer integration not tested", exc_type=ImportError
+)
 transformers = pytest.importorskip("transformers")
-datasets = pytest.importorskip("datasets", reason="datasets (a trl dependency) is not installed")
+datasets = pytest.importorskip("datasets", reason="datasets (a trl dependency) is not importable", exc_type=ImportError)
 from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 
 from tigon.losses.trl_trainers import TigonDPOTrainer, TigonGRPOTrainer  # noqa: E402
