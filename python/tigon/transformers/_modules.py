@@ -10,12 +10,12 @@ import torch
 from tigon.nn.rms_norm import RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb as _tigon_apply_rotary_pos_emb
 from tigon.ops.rope import rope as _tigon_rope
-from tigon.nn.swiglu import _HIDDEN_ACT, GemmaMLP, LlamaMLP, Phi3MLP
+from tigon.nn.swiglu import _HIDDEN_ACT, FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.ops._common import FLOAT_DTYPES, rows_ok
 from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU
 from tigon.transformers._families import NORMS, Family
 
-_MLP_BASES = {"llama": LlamaMLP, "gemma": GemmaMLP, "phi3": Phi3MLP}
+_MLP_BASES = {"llama": LlamaMLP, "gemma": GemmaMLP, "phi3": Phi3MLP, "falcon_h1": FalconH1MLP}
 
 
 def _register(cls: type, name: str) -> type:
@@ -78,7 +78,7 @@ def mlp_class(family: Family, hf_class: type) -> type:
             act = activation_of(config, family)
             if family.mlp == "phi3":
                 super().__init__(config, in_place=True, hidden_act=act)
-            elif family.mlp == "gemma":
+            elif family.mlp in ("gemma", "falcon_h1"):  # biases as their base decides
                 super().__init__(config, in_place=True, intermediate_size=intermediate_size, hidden_act=act)
             else:
                 super().__init__(
