@@ -43,6 +43,24 @@ GEMMA2_3 = dict(
 )
 DEEPSEEK_MLA = dict(kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16)
 DEEPSEEK_MOE = dict(first_k_dense_replace=1, moe_intermediate_size=32, rope_interleave=False, num_key_value_heads=4)
+# a Gated DeltaNet layer, then a gated full-attention layer with RoPE on a quarter of each head
+QWEN3_NEXT = dict(
+    head_dim=16,
+    layer_types=["linear_attention", "full_attention"],
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
+)
+QWEN3_NEXT_MOE = dict(
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=32,
+    output_router_logits=True,
+    router_aux_loss_coef=0.05,
+)
 CONFIGS = {
     "llama": ("LlamaConfig", dict(mlp_bias=True, tie_word_embeddings=False)),
     "mistral": ("MistralConfig", dict(sliding_window=None)),
@@ -144,11 +162,17 @@ CONFIGS = {
             ssm_out_multiplier=0.9,
         ),
     ),
+    "qwen3_next": ("Qwen3NextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
+    "qwen3_5": ("Qwen3_5TextConfig", QWEN3_NEXT),
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
     "mllama": ("MllamaTextConfig", dict(cross_attention_layers=[1])),  # no image: the cross-attention layer is skipped
 }
 CAUSAL_LM = {"gemma3": "Gemma3ForCausalLM"}
 ROPE_CALLS = {
     "mllama_text_model": 1,
+    "qwen3_next": 1,
+    "qwen3_5_text": 0,  # mRoPE: transformers'
+    "qwen3_5_moe_text": 0,
     "smollm3": 1,
     "exaone4": 1,
     "cohere2": 1,
@@ -188,6 +212,9 @@ LIGHT = {
     "starcoder2",
     "stablelm",
     "falcon_h1",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_moe",
     "mllama",
 }
 FULL = [p for p in PARAMS if p.values[0] not in LIGHT]
@@ -229,6 +256,15 @@ def loss_and_grads(model, ids, labels, **kwargs):
     out = model(input_ids=ids, labels=labels, **kwargs)
     out.loss.backward()
     return out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def reference_loss_and_grads(name: str, ref, ids, labels):
+    """loss_and_grads of the unpatched model; skips where transformers' own model fails (Qwen3-Next's router loss
+    in transformers 5.0 reads the routing weights as logits)."""
+    try:
+        return loss_and_grads(ref, ids, labels)
+    except RuntimeError as e:
+        pytest.skip(f"transformers {transformers.__version__}'s own {name} model does not train here: {e}")
 
 
 @pytest.fixture
@@ -300,7 +336,7 @@ def compare(got, ref, name=""):
 def test_family_matches_transformers(name, level, class_level, spies):
     ref = build(name)
     ids, labels = make_batch(ref.config)
-    ref_out, ref_grads = loss_and_grads(ref, ids, labels)
+    ref_out, ref_grads = reference_loss_and_grads(name, ref, ids, labels)
     with torch.no_grad():
         ref_logits = ref.eval()(input_ids=ids).logits
         ref_eval_loss = ref(input_ids=ids, labels=labels).loss
@@ -797,7 +833,7 @@ def _rel_err(got, ref) -> float:
 def test_matches_transformers_in_dtype(name, device, dtype, spies):
     ref32 = build(name, device=device)
     ids, labels = make_batch(ref32.config, device=device)
-    ref32_out, ref32_grads = loss_and_grads(ref32, ids, labels)
+    ref32_out, ref32_grads = reference_loss_and_grads(name, ref32, ids, labels)
     hf = copy.deepcopy(ref32).to(dtype)
     model = patched_copy(name, hf, "instance")
     hf_out, hf_grads = loss_and_grads(hf, ids, labels)

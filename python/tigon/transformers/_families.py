@@ -133,6 +133,11 @@ FAMILIES = {
             mlp="falcon_h1",
             logit_scale="lm_head_multiplier",
         ),
+        # Zero-centred (1 + w) norms in fp32 (Gemma's); the gated norms and the Gated DeltaNet linear attention stay
+        # transformers', as do Qwen3.5's mRoPE tables (its RoPE with them)
+        Family("qwen3_next", "Qwen3Next", ("qwen3_next",), norm="gemma", experts=True),
+        Family("qwen3_5", "Qwen3_5", ("qwen3_5", "qwen3_5_text"), norm="gemma", rope=None),
+        Family("qwen3_5_moe", "Qwen3_5Moe", ("qwen3_5_moe", "qwen3_5_moe_text"), norm="gemma", rope=None, experts=True),
         # The language models of VLMs (the vision towers' own classes are left alone; Qwen2.5-VL's vision blocks
         # share its RMSNorm class, the same math). mRoPE's sections are merged into cos / sin by the rotary
         # embedding, but that stays transformers' as the rest of mRoPE does; ForConditionalGeneration's loss too.
