@@ -162,6 +162,22 @@ CONFIGS = {
             ssm_out_multiplier=0.9,
         ),
     ),
+    "llama4": (  # a dense chunked-attention layer with RoPE and qk L2 norms, then a NoPE MoE layer (4 experts top-1)
+        "Llama4TextConfig",
+        dict(
+            head_dim=16,
+            intermediate_size=64,
+            intermediate_size_mlp=128,
+            num_local_experts=4,
+            num_experts_per_tok=1,
+            moe_layers=[1],
+            no_rope_layers=[1, 0],
+            layer_types=["chunked_attention", "full_attention"],
+            attention_chunk_size=8,
+            floor_scale=4,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        ),
+    ),
     "qwen3_next": ("Qwen3NextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
     "qwen3_5": ("Qwen3_5TextConfig", QWEN3_NEXT),
     "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
@@ -171,6 +187,7 @@ CAUSAL_LM = {"gemma3": "Gemma3ForCausalLM"}
 ROPE_CALLS = {
     "mllama_text_model": 1,
     "qwen3_next": 1,
+    "llama4_text": 1,
     "qwen3_5_text": 0,  # mRoPE: transformers'
     "qwen3_5_moe_text": 0,
     "smollm3": 1,

@@ -31,8 +31,10 @@ class Family:
     mlp: str | None = "llama"
     # "llama": rotate-half pairs (i, i + R/2); "glm": adjacent pairs (2i, 2i + 1), each pair's angle from the first
     # half of the table (GLM's repeat_interleave); "interleaved": adjacent pairs on the table as given (Cohere);
-    # "halves": rotate-half with a half-width table (GPT-OSS); None: transformers' own
+    # "halves": rotate-half with a half-width table (GPT-OSS); "complex": adjacent pairs turned by a complex table
+    # (Llama 4's freqs_cis); None: transformers' own
     rope: str | None = "llama"
+    rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's name for it
     mlp_bias: bool = False  # the family's MLP takes config.mlp_bias (else never biased)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
     # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate; the router's load-balancing loss is added
@@ -132,6 +134,17 @@ FAMILIES = {
             norm_in_place=False,
             mlp="falcon_h1",
             logit_scale="lm_head_multiplier",
+        ),
+        # its experts run their gate inline and it trains without a router loss; qk L2 norms and chunked attention stay
+        Family(
+            "llama4",
+            "Llama4Text",
+            ("llama4_text",),
+            rope="complex",
+            rope_fn="apply_rotary_emb",
+            experts=True,
+            experts_gate=False,
+            causal_lm="Llama4ForCausalLM",
         ),
         # Zero-centred (1 + w) norms in fp32 (Gemma's); the gated norms and the Gated DeltaNet linear attention stay
         # transformers', as do Qwen3.5's mRoPE tables (its RoPE with them)

@@ -134,7 +134,21 @@ def apply_rotary_pos_emb_halves(q, k, cos, sin, unsqueeze_dim=1):
     return _rope(q, k, torch.cat([cos, cos], -1), torch.cat([sin, sin], -1), unsqueeze_dim, interleaved=False)
 
 
+def apply_rotary_emb_complex(xq, xk, freqs_cis):
+    """Llama 4's apply_rotary_emb: [B, T, H, D] q and k as complex pairs (2i, 2i + 1) times freqs_cis[..., i] in fp32,
+    one rounding back. A complex product is the interleaved rotation by the table's angle (its real part the cos, its
+    imaginary part the sin, each once per pair), as one Tigon kernel."""
+    if not freqs_cis.is_complex() or freqs_cis.dim() != 3:
+        raise ValueError(
+            f"apply_rotary_emb: argument 'freqs_cis' must be a complex [B, T, D/2] tensor, got {freqs_cis.dtype} "
+            f"{tuple(freqs_cis.shape)}"
+        )
+    cos, sin = freqs_cis.real.repeat_interleave(2, -1), freqs_cis.imag.repeat_interleave(2, -1)
+    return _rope(xq, xk, cos.float(), sin.float(), 2, interleaved=True)
+
+
 ROPE = {
+    "complex": apply_rotary_emb_complex,
     "llama": apply_rotary_pos_emb,
     "glm": apply_rotary_pos_emb_glm,
     "interleaved": apply_rotary_pos_emb_interleaved,

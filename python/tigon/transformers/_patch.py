@@ -84,7 +84,7 @@ def apply_class(
     if swiglu and family.experts and family.experts_gate and hasattr(experts, "_apply_gate"):
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
-        _set(family, mod, "apply_rotary_pos_emb", ROPE[family.rope])
+        _set(family, mod, family.rope_fn, ROPE[family.rope])
     if (ce or flce) and family.causal_lm_cls:
         lm = getattr(mod, family.causal_lm_cls)
         _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce, check_targets))
@@ -147,7 +147,9 @@ def _new_mlp(old: torch.nn.Module, family: Family, config) -> torch.nn.Module | 
         )
         return None
     with torch.device("meta"):
-        new = mlp_class(family, type(old))(config, intermediate_size=getattr(old, "intermediate_size", None))
+        # Llama 4's MLP keeps no intermediate_size: its down projection's input width is it
+        width = getattr(old, "intermediate_size", None) or getattr(getattr(old, "down_proj", None), "in_features", None)
+        new = mlp_class(family, type(old))(config, intermediate_size=width)
     # The very projection modules (LoRA-wrapped ones included) move over: same parameters, same state-dict keys.
     for name in ("gate_up_proj", "down_proj") if family.mlp == "phi3" else ("gate_proj", "up_proj", "down_proj"):
         setattr(new, name, getattr(old, name))
@@ -193,7 +195,7 @@ def apply_instance(
             m._apply_gate = types.MethodType(experts_gate(type(m)._apply_gate), m)
             counts["experts"] += 1
         if rope and mine(m, family.attention_cls):
-            forward = with_globals(type(m).forward, apply_rotary_pos_emb=ROPE[family.rope])
+            forward = with_globals(type(m).forward, **{family.rope_fn: ROPE[family.rope]})
             if forward is None:
                 warnings.warn(
                     f"tigon: cannot reroute {type(m).__name__}'s RoPE (its forward is not a plain "
