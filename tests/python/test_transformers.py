@@ -414,6 +414,34 @@ VLMS = {
             vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[0]),
         ),
     ),
+    "qwen3_5": (
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5Config",
+        dict(text_config=dict(TEXT, **QWEN3_NEXT), vision_config=QWEN_VISION),
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeConfig",
+        dict(text_config=dict(TEXT, **QWEN3_NEXT, **QWEN3_NEXT_MOE), vision_config=QWEN_VISION),
+    ),
+    "mllama": (
+        "MllamaForConditionalGeneration",
+        "MllamaConfig",
+        dict(
+            text_config=dict(TEXT, cross_attention_layers=[1]),
+            vision_config=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_global_layers=1,
+                attention_heads=2,
+                image_size=16,
+                patch_size=8,
+                vision_output_dim=64,
+                intermediate_layers_indices=[0],
+            ),
+        ),
+    ),
     "llava": (
         "LlavaForConditionalGeneration",
         "LlavaConfig",
@@ -493,7 +521,7 @@ def test_vlm_language_model_matches_transformers(name, level, class_level, spies
         model.load_state_dict(ref.state_dict())
     assert_tigon_modules(family.name, model)
     out, grads = loss_and_grads(model, ids, labels, **extra)
-    assert spies["loss"] == 0 and spies["rope"] == (text.num_hidden_layers if family.rope else 0)
+    assert spies["loss"] == 0 and spies["rope"] == (rope_calls(text) if family.rope else 0)
     compare(out.loss, ref_out.loss, "loss")
     assert grads.keys() == ref_grads.keys()
     for pname, g in grads.items():
