@@ -430,15 +430,7 @@ VLMS = {
         dict(
             text_config=dict(TEXT, cross_attention_layers=[1]),
             vision_config=dict(
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_global_layers=1,
-                attention_heads=2,
-                image_size=16,
-                patch_size=8,
-                vision_output_dim=64,
-                intermediate_layers_indices=[0],
+                VISION, num_global_layers=1, attention_heads=2, vision_output_dim=64, intermediate_layers_indices=[0]
             ),
         ),
     ),
