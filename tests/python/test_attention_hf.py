@@ -21,7 +21,7 @@ from tolerances import TOL, assert_close
 
 transformers = pytest.importorskip("transformers")
 import tigon.transformers as tt  # noqa: E402
-from test_transformers import NAMES, PARAMS, build, tiny_config, causal_lm_class  # noqa: E402
+from test_transformers import NAMES, PARAMS, VLMS, build, tiny_config, causal_lm_class  # noqa: E402
 from tigon.transformers import attention as attn  # noqa: E402
 from tigon.transformers._families import FAMILIES  # noqa: E402
 
@@ -158,7 +158,16 @@ def tokens(config, batch=BATCH, seq=SEQ, seed=1, device="cpu"):
 
 
 # attention Tigon's op does not take, so these run on the fallback (tested with the fallbacks, not here)
-FALLS_BACK = {"deepseek_v3": "MLA's query and value head dims differ", "gpt_oss": "attention sinks"}
+FALLS_BACK = {
+    "deepseek_v3": "MLA's query and value head dims differ",
+    "gpt_oss": "attention sinks",
+    "llama4": "chunked attention's dense 4-D masks",
+}
+
+
+# softmax-attention layers where not every layer has one (tiny configs: 2 layers; Gated DeltaNet and Mllama's cross
+# attention without an image are not attention calls)
+ATTENTION_LAYERS = {"qwen3_next": 1, "qwen3_5": 1, "qwen3_5_moe": 1, "mllama": 1}
 
 
 @pytest.mark.parametrize("name", PARAMS)
@@ -171,12 +180,16 @@ def test_family_matches_transformers(name, calls):
         )
     ref, model = twins(name)
     ids = tokens(ref.config)
+    try:
+        want = run(ref, ids)
+    except RuntimeError as e:  # Qwen3-Next's router loss in transformers 5.0 reads the routing weights as logits
+        pytest.skip(f"transformers {transformers.__version__}'s own {name} model fails here: {e}")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback: every layer runs on Tigon's op
         warnings.simplefilter("ignore", tigon.TigonCPUWarning)  # said once per process, by whichever test is first
         got = run(model, ids)
-    assert calls["dense"] == ref.config.num_hidden_layers and calls["varlen"] == 0
-    compare(got, run(ref, ids))
+    assert calls["dense"] == ATTENTION_LAYERS.get(name, ref.config.num_hidden_layers) and calls["varlen"] == 0
+    compare(got, want)
 
 
 def test_sliding_window_mistral(calls):
@@ -497,4 +510,4 @@ def test_patch_switches_attention_on_gpu_when_asked():
 
 
 def test_every_family_is_covered():
-    assert set(NAMES) == set(FAMILIES)
+    assert set(NAMES) | (set(VLMS) & set(FAMILIES)) == set(FAMILIES)  # VLM-only families: test_vlm_language_model

@@ -16,9 +16,10 @@ from tolerances import TOL, assert_close
 transformers = pytest.importorskip("transformers")
 import tigon.transformers as tt  # noqa: E402
 from tigon.transformers import _causal_lm, _modules  # noqa: E402
-from tigon.transformers._families import FAMILIES  # noqa: E402
+from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES  # noqa: E402
+from tigon.transformers._patch import _VISION  # noqa: E402
 
-NAMES = list(FAMILIES)
+NAMES = [n for n, f in FAMILIES.items() if f.causal_lm_cls]  # the VLM-only families: test_vlm_language_model
 SEQ, BATCH = 24, 2
 
 # Tiny models: hidden 64, 2 layers, 4 heads of 16, 2 KV heads, vocab 320, intermediate 128; MoE 4 experts top-2.
@@ -42,6 +43,24 @@ GEMMA2_3 = dict(
 )
 DEEPSEEK_MLA = dict(kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16)
 DEEPSEEK_MOE = dict(first_k_dense_replace=1, moe_intermediate_size=32, rope_interleave=False, num_key_value_heads=4)
+# a Gated DeltaNet layer, then a gated full-attention layer with RoPE on a quarter of each head
+QWEN3_NEXT = dict(
+    head_dim=16,
+    layer_types=["linear_attention", "full_attention"],
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
+)
+QWEN3_NEXT_MOE = dict(
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=32,
+    output_router_logits=True,
+    router_aux_loss_coef=0.05,
+)
 CONFIGS = {
     "llama": ("LlamaConfig", dict(mlp_bias=True, tie_word_embeddings=False)),
     "mistral": ("MistralConfig", dict(sliding_window=None)),
@@ -122,9 +141,55 @@ CONFIGS = {
     "nemotron": ("NemotronConfig", dict(head_dim=16)),
     "starcoder2": ("Starcoder2Config", dict(use_bias=True)),
     "stablelm": ("StableLmConfig", dict(qk_layernorm=True, use_parallel_residual=True)),
+    "falcon_h1": (  # every muP multiplier away from 1; a tiny Mamba-2 mixer (4 heads of 16, state 8)
+        "FalconH1Config",
+        dict(
+            head_dim=16,
+            mlp_bias=True,
+            mamba_d_ssm=64,
+            mamba_n_heads=4,
+            mamba_d_head=16,
+            mamba_d_state=8,
+            mamba_chunk_size=8,
+            lm_head_multiplier=0.5,
+            embedding_multiplier=2.0,
+            mlp_multipliers=[0.7, 1.3],
+            key_multiplier=0.8,
+            attention_in_multiplier=1.2,
+            attention_out_multiplier=0.9,
+            ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.05],
+            ssm_in_multiplier=1.1,
+            ssm_out_multiplier=0.9,
+        ),
+    ),
+    "llama4": (  # a dense chunked-attention layer with RoPE and qk L2 norms, then a NoPE MoE layer (4 experts top-1)
+        "Llama4TextConfig",
+        dict(
+            head_dim=16,
+            intermediate_size=64,
+            intermediate_size_mlp=128,
+            num_local_experts=4,
+            num_experts_per_tok=1,
+            moe_layers=[1],
+            no_rope_layers=[1, 0],
+            layer_types=["chunked_attention", "full_attention"],
+            attention_chunk_size=8,
+            floor_scale=4,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        ),
+    ),
+    "qwen3_next": ("Qwen3NextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
+    "qwen3_5": ("Qwen3_5TextConfig", QWEN3_NEXT),
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
+    "mllama": ("MllamaTextConfig", dict(cross_attention_layers=[1])),  # no image: the cross-attention layer is skipped
 }
 CAUSAL_LM = {"gemma3": "Gemma3ForCausalLM"}
 ROPE_CALLS = {
+    "mllama_text_model": 1,
+    "qwen3_next": 1,
+    "llama4_text": 1,
+    "qwen3_5_text": 0,  # mRoPE: transformers'
+    "qwen3_5_moe_text": 0,
     "smollm3": 1,
     "exaone4": 1,
     "cohere2": 1,
@@ -163,6 +228,11 @@ LIGHT = {
     "nemotron",
     "starcoder2",
     "stablelm",
+    "falcon_h1",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "mllama",
 }
 FULL = [p for p in PARAMS if p.values[0] not in LIGHT]
 COMPILED = [p for p in FULL if p.values[0] != "deepseek_v3"]  # MoE tracing is Qwen3-MoE's and Mixtral's test
@@ -176,7 +246,7 @@ def tiny_config(name: str):
 
 
 def causal_lm_class(name: str):
-    return getattr(transformers, CAUSAL_LM.get(name, FAMILIES[name].prefix + "ForCausalLM"))
+    return getattr(transformers, CAUSAL_LM.get(name, FAMILIES[name].causal_lm_cls))
 
 
 def build(name: str, seed: int = 0, device="cpu", dtype=torch.float32):
@@ -203,6 +273,15 @@ def loss_and_grads(model, ids, labels, **kwargs):
     out = model(input_ids=ids, labels=labels, **kwargs)
     out.loss.backward()
     return out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def reference_loss_and_grads(name: str, ref, ids, labels):
+    """loss_and_grads of the unpatched model; skips where transformers' own model fails (Qwen3-Next's router loss
+    in transformers 5.0 reads the routing weights as logits)."""
+    try:
+        return loss_and_grads(ref, ids, labels)
+    except RuntimeError as e:
+        pytest.skip(f"transformers {transformers.__version__}'s own {name} model does not train here: {e}")
 
 
 @pytest.fixture
@@ -246,12 +325,20 @@ def patched_copy(name: str, ref, level: str):
     return model
 
 
+def language_modules(model):
+    """The model's modules outside a VLM's vision tower."""
+    vision = {id(m) for n, c in model.named_modules() if n.rpartition(".")[2] in _VISION for m in c.modules()}
+    return [m for m in model.modules() if id(m) not in vision]
+
+
 def assert_tigon_modules(name: str, model) -> None:
-    """No module of the family that Tigon replaces is left."""
+    """No module of the family that Tigon replaces is left (a VLM's vision tower aside)."""
     fam = FAMILIES[name]
-    replaced = [f"{fam.prefix}RMSNorm"] * (fam.norm is not None) + [f"{fam.prefix}MLP"] * (fam.mlp is not None)
+    replaced = [fam.norm_cls] * (fam.norm is not None) + [fam.mlp_cls] * (fam.mlp is not None)
     left = [
-        type(m).__name__ for m in model.modules() if type(m).__module__ == fam.module and type(m).__name__ in replaced
+        type(m).__name__
+        for m in language_modules(model)
+        if type(m).__module__ == fam.module and type(m).__name__ in replaced
     ]
     assert not left, left
     assert any(type(m).__name__.startswith("Tigon") for m in model.modules()) == bool(replaced)
@@ -266,7 +353,7 @@ def compare(got, ref, name=""):
 def test_family_matches_transformers(name, level, class_level, spies):
     ref = build(name)
     ids, labels = make_batch(ref.config)
-    ref_out, ref_grads = loss_and_grads(ref, ids, labels)
+    ref_out, ref_grads = reference_loss_and_grads(name, ref, ids, labels)
     with torch.no_grad():
         ref_logits = ref.eval()(input_ids=ids).logits
         ref_eval_loss = ref(input_ids=ids, labels=labels).loss
@@ -297,6 +384,142 @@ def test_family_matches_transformers(name, level, class_level, spies):
         eval_loss = model(input_ids=ids, labels=labels).loss
     compare(logits, ref_logits, "logits")
     compare(eval_loss, ref_eval_loss, "eval loss")
+
+
+# ---- the language models inside VLMs ------------------------------------------------------------------------------------
+
+TEXT = {k: v for k, v in COMMON.items() if k not in ("bos_token_id", "eos_token_id")}
+VISION = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8
+)
+MROPE = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
+QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64)
+# name: (ForConditionalGeneration class, config class, config arguments); tiny vision towers, text-only batches
+VLMS = {
+    "qwen2_vl": (
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2VLConfig",
+        dict(text_config=dict(TEXT, rope_parameters=MROPE), vision_config=dict(QWEN_VISION, embed_dim=32, mlp_ratio=2)),
+    ),
+    "qwen2_5_vl": (
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen2_5_VLConfig",
+        dict(text_config=dict(TEXT, rope_parameters=MROPE), vision_config=dict(QWEN_VISION, fullatt_block_indexes=[0])),
+    ),
+    "qwen3_vl": (
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLConfig",
+        dict(
+            text_config=dict(TEXT, head_dim=16, rope_parameters=dict(MROPE, mrope_interleaved=True)),
+            vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[0]),
+        ),
+    ),
+    "qwen3_5": (
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5Config",
+        dict(text_config=dict(TEXT, **QWEN3_NEXT), vision_config=QWEN_VISION),
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeConfig",
+        dict(text_config=dict(TEXT, **QWEN3_NEXT, **QWEN3_NEXT_MOE), vision_config=QWEN_VISION),
+    ),
+    "mllama": (
+        "MllamaForConditionalGeneration",
+        "MllamaConfig",
+        dict(
+            text_config=dict(TEXT, cross_attention_layers=[1]),
+            vision_config=dict(
+                VISION, num_global_layers=1, attention_heads=2, vision_output_dim=64, intermediate_layers_indices=[0]
+            ),
+        ),
+    ),
+    "llava": (
+        "LlavaForConditionalGeneration",
+        "LlavaConfig",
+        dict(text_config=dict(TEXT, model_type="llama"), vision_config=dict(VISION, model_type="clip_vision_model")),
+    ),
+    "paligemma": (
+        "PaliGemmaForConditionalGeneration",
+        "PaliGemmaConfig",
+        dict(
+            text_config=dict(TEXT, model_type="gemma", head_dim=16),
+            vision_config=dict(VISION, model_type="siglip_vision_model"),
+        ),
+    ),
+    "idefics3": (
+        "Idefics3ForConditionalGeneration",
+        "Idefics3Config",
+        dict(text_config=dict(TEXT, model_type="llama"), vision_config=VISION),
+    ),
+    "smolvlm": (
+        "SmolVLMForConditionalGeneration",
+        "SmolVLMConfig",
+        dict(text_config=dict(TEXT, model_type="llama"), vision_config=VISION),
+    ),
+    "internvl": (
+        "InternVLForConditionalGeneration",
+        "InternVLConfig",
+        dict(
+            text_config=dict(TEXT, model_type="qwen2"),
+            vision_config=dict(VISION, image_size=[32, 32], patch_size=[8, 8]),
+        ),
+    ),
+}
+
+
+def vlm_param(name: str):
+    cls = VLMS[name][0]
+    reason = f"transformers {transformers.__version__} has no {cls}"
+    return pytest.param(name, marks=pytest.mark.skipif(not hasattr(transformers, cls), reason=reason), id=name)
+
+
+def build_vlm(name: str, seed: int = 0):
+    cls, config_cls, kwargs = VLMS[name]
+    config = getattr(transformers, config_cls)(**kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls)(config)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.add_(0.2 * torch.randn_like(p))
+    return model.train()
+
+
+@pytest.mark.parametrize("level", ["class", "instance"])
+@pytest.mark.parametrize("name", [vlm_param(n) for n in VLMS])
+def test_vlm_language_model_matches_transformers(name, level, class_level, spies):
+    """A VLM's language model (its own family or a known one under text_config) patched, the vision tower and the
+    ForConditionalGeneration loss left to transformers: loss, logits and every gradient as unpatched."""
+    ref = build_vlm(name)
+    family = BY_MODEL_TYPE.get(ref.config.model_type) or BY_MODEL_TYPE[ref.config.get_text_config().model_type]
+    text = ref.config.get_text_config()
+    ids, labels = make_batch(text)
+    extra = dict(token_type_ids=torch.zeros_like(ids)) if name == "paligemma" else {}  # required in training
+    try:
+        ref_out, ref_grads = loss_and_grads(ref, ids, labels, **extra)
+    except ValueError as e:  # PaliGemma's training mask in transformers 5.0 needs torch >= 2.6
+        pytest.skip(f"transformers {transformers.__version__}'s own {name} model does not train here: {e}")
+    with torch.no_grad():
+        ref_logits = ref.eval()(input_ids=ids, **extra).logits
+    ref.train()
+    if level == "instance":
+        model = copy.deepcopy(ref)
+        assert tt.patch(model) is model
+    else:
+        getattr(tt, f"apply_tigon_to_{family.name}")()
+        model = build_vlm(name, seed=123)
+        model.load_state_dict(ref.state_dict())
+    assert_tigon_modules(family.name, model)
+    out, grads = loss_and_grads(model, ids, labels, **extra)
+    assert spies["loss"] == 0 and spies["rope"] == (rope_calls(text) if family.rope else 0)
+    compare(out.loss, ref_out.loss, "loss")
+    assert grads.keys() == ref_grads.keys()
+    for pname, g in grads.items():
+        compare(g, ref_grads[pname], pname)
+    with torch.no_grad():
+        compare(model.eval()(input_ids=ids, **extra).logits, ref_logits, "logits")
 
 
 # ---- the loss keeps transformers' semantics --------------------------------------------------------------------------
@@ -647,7 +870,7 @@ def _rel_err(got, ref) -> float:
 def test_matches_transformers_in_dtype(name, device, dtype, spies):
     ref32 = build(name, device=device)
     ids, labels = make_batch(ref32.config, device=device)
-    ref32_out, ref32_grads = loss_and_grads(ref32, ids, labels)
+    ref32_out, ref32_grads = reference_loss_and_grads(name, ref32, ids, labels)
     hf = copy.deepcopy(ref32).to(dtype)
     model = patched_copy(name, hf, "instance")
     hf_out, hf_grads = loss_and_grads(hf, ids, labels)

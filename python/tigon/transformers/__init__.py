@@ -101,6 +101,15 @@ apply_tigon_to_cohere2 = _entry("cohere2")
 apply_tigon_to_nemotron = _entry("nemotron")
 apply_tigon_to_starcoder2 = _entry("starcoder2")
 apply_tigon_to_stablelm = _entry("stablelm")
+apply_tigon_to_falcon_h1 = _entry("falcon_h1")  # norms, MLP, RoPE, loss; the Mamba-2 mixer stays transformers'
+apply_tigon_to_llama4 = _entry("llama4")  # Llama 4 text (model type llama4_text, Llama4ForCausalLM)
+apply_tigon_to_qwen3_next = _entry("qwen3_next")  # the Gated DeltaNet layers and gated norms stay transformers'
+apply_tigon_to_qwen3_5 = _entry("qwen3_5")  # Qwen3_5ForCausalLM with the fused loss; in the VLM, the language model
+apply_tigon_to_qwen3_5_moe = _entry("qwen3_5_moe")
+apply_tigon_to_qwen2_vl = _entry("qwen2_vl")  # the language model; vision tower, mRoPE and loss transformers'
+apply_tigon_to_qwen2_5_vl = _entry("qwen2_5_vl")
+apply_tigon_to_qwen3_vl = _entry("qwen3_vl")
+apply_tigon_to_mllama = _entry("mllama")  # MllamaForCausalLM with the fused loss; in the VLM, the language model
 
 __all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "TigonCallback", "patch", "revert"] + [
     f"apply_tigon_to_{n}" for n in FAMILIES

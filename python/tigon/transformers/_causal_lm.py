@@ -5,7 +5,7 @@ fused linear + cross entropy, so the [tokens, vocab] logits never exist (the out
 matches transformers' ForCausalLMLoss (loss/loss_utils.py): labels shifted left with ignore_index (-100) padding unless
 shift_labels is given, mean over the non-ignored tokens, or a sum divided by num_items_in_batch when the Trainer
 passes it (gradient accumulation); logits_to_keep slices the hidden states first; Gemma 2/3's final-logit softcap is
-the op's softcap; Granite's logits / config.logits_scaling and Cohere's logits * config.logit_scale are applied to the hidden states (the same product, one
+the op's softcap; Granite's logits / config.logits_scaling and Cohere's logits * config.logit_scale (Falcon-H1's * config.lm_head_multiplier) are applied to the hidden states (the same product, one
 rounding elsewhere); MoE families add router_aux_loss_coef * the load-balancing loss as transformers does.
 
 Everything else (eval, no labels, a custom loss_function, an lm_head that is not a plain float nn.Linear, e.g.
@@ -68,7 +68,7 @@ def fused_loss(
     if family.logits_scaling:
         x = x / config.logits_scaling
     if family.logit_scale:
-        x = x * config.logit_scale
+        x = x * getattr(config, family.logit_scale)
     softcap = getattr(config, "final_logit_softcapping", None) if family.softcap else None
     weight, bias = model.lm_head.weight, model.lm_head.bias
     reduction = "mean" if num_items_in_batch is None else "sum"

@@ -26,11 +26,15 @@ class Family:
     # dX written over dY in the RMSNorm backward: only safe where no norm's output feeds a residual add directly
     # (pre-norm blocks). Sandwich norms (Gemma 2/3) and post-norms (OLMo 2) share dY with the residual branch.
     norm_in_place: bool = True
-    mlp: str | None = "llama"  # "llama" (gate/up/down), "gemma" (GeGLU, no bias), "phi3" (fused gate_up), None
+    # "llama" (gate/up/down), "gemma" (GeGLU, no bias), "phi3" (fused gate_up), "falcon_h1" (config.mlp_multipliers
+    # on the gate and the output), None
+    mlp: str | None = "llama"
     # "llama": rotate-half pairs (i, i + R/2); "glm": adjacent pairs (2i, 2i + 1), each pair's angle from the first
     # half of the table (GLM's repeat_interleave); "interleaved": adjacent pairs on the table as given (Cohere);
-    # "halves": rotate-half with a half-width table (GPT-OSS); None: transformers' own
+    # "halves": rotate-half with a half-width table (GPT-OSS); "complex": adjacent pairs turned by a complex table
+    # (Llama 4's freqs_cis); None: transformers' own
     rope: str | None = "llama"
+    rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's name for it
     mlp_bias: bool = False  # the family's MLP takes config.mlp_bias (else never biased)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
     # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate; the router's load-balancing loss is added
@@ -39,11 +43,32 @@ class Family:
     experts_gate: bool = True  # the experts' gate is act(gate) * up (GPT-OSS's clamped gate is not)
     softcap: bool = False  # config.final_logit_softcapping applies to the logits
     logits_scaling: bool = False  # logits divided by config.logits_scaling (Granite)
-    logit_scale: bool = False  # logits multiplied by config.logit_scale (Cohere)
+    logit_scale: str | None = None  # config attribute the logits are multiplied by (Cohere, Falcon-H1)
+    # class names where the family departs from <prefix>MLP / <prefix>Attention / <prefix>ForCausalLM (the VLMs'
+    # language models); causal_lm None: no causal-LM class, the loss stays transformers'
+    mlp_name: str = ""
+    attention_name: str = ""
+    causal_lm: str | None = ""
 
     @property
     def module(self) -> str:
         return f"transformers.models.{self.name}.modeling_{self.name}"
+
+    @property
+    def norm_cls(self) -> str:
+        return f"{self.prefix}RMSNorm"
+
+    @property
+    def mlp_cls(self) -> str:
+        return self.mlp_name or f"{self.prefix}MLP"
+
+    @property
+    def attention_cls(self) -> str:
+        return self.attention_name or f"{self.prefix}Attention"
+
+    @property
+    def causal_lm_cls(self) -> str | None:
+        return f"{self.prefix}ForCausalLM" if self.causal_lm == "" else self.causal_lm
 
 
 FAMILIES = {
@@ -95,11 +120,59 @@ FAMILIES = {
             "gpt_oss", "GptOss", ("gpt_oss",), norm="olmo2", mlp=None, rope="halves", experts=True, experts_gate=False
         ),
         # LayerNorms (Cohere's without bias, Nemotron's 1 + w, nn.LayerNorm) and non-gated MLPs stay transformers'
-        Family("cohere", "Cohere", ("cohere",), norm=None, rope="interleaved", logit_scale=True),
-        Family("cohere2", "Cohere2", ("cohere2",), norm=None, rope="interleaved", logit_scale=True),
+        Family("cohere", "Cohere", ("cohere",), norm=None, rope="interleaved", logit_scale="logit_scale"),
+        Family("cohere2", "Cohere2", ("cohere2",), norm=None, rope="interleaved", logit_scale="logit_scale"),
         Family("nemotron", "Nemotron", ("nemotron",), norm=None, mlp=None),
         Family("starcoder2", "Starcoder2", ("starcoder2",), norm=None, mlp=None),
         Family("stablelm", "StableLm", ("stablelm",), norm=None),
+        # Mamba-2 mixer, its gated norm and the muP multipliers outside the MLP stay transformers'; one norm feeds both
+        # the mixer and the attention, so norms out of place
+        Family(
+            "falcon_h1",
+            "FalconH1",
+            ("falcon_h1",),
+            norm_in_place=False,
+            mlp="falcon_h1",
+            logit_scale="lm_head_multiplier",
+        ),
+        # its experts run their gate inline and it trains without a router loss; qk L2 norms and chunked attention stay
+        Family(
+            "llama4",
+            "Llama4Text",
+            ("llama4_text",),
+            rope="complex",
+            rope_fn="apply_rotary_emb",
+            experts=True,
+            experts_gate=False,
+            causal_lm="Llama4ForCausalLM",
+        ),
+        # Zero-centred (1 + w) norms in fp32 (Gemma's); the gated norms and the Gated DeltaNet linear attention stay
+        # transformers', as do Qwen3.5's mRoPE tables (its RoPE with them)
+        Family("qwen3_next", "Qwen3Next", ("qwen3_next",), norm="gemma", experts=True),
+        Family("qwen3_5", "Qwen3_5", ("qwen3_5", "qwen3_5_text"), norm="gemma", rope=None),
+        Family("qwen3_5_moe", "Qwen3_5Moe", ("qwen3_5_moe", "qwen3_5_moe_text"), norm="gemma", rope=None, experts=True),
+        # The language models of VLMs (the vision towers' own classes are left alone; Qwen2.5-VL's vision blocks
+        # share its RMSNorm class, the same math). mRoPE's sections are merged into cos / sin by the rotary
+        # embedding, but that stays transformers' as the rest of mRoPE does; ForConditionalGeneration's loss too.
+        Family("qwen2_vl", "Qwen2VL", ("qwen2_vl", "qwen2_vl_text"), mlp_name="Qwen2MLP", rope=None, causal_lm=None),
+        Family(
+            "qwen2_5_vl",
+            "Qwen2_5_VL",
+            ("qwen2_5_vl", "qwen2_5_vl_text"),
+            mlp_name="Qwen2MLP",
+            rope=None,
+            causal_lm=None,
+        ),
+        Family("qwen3_vl", "Qwen3VLText", ("qwen3_vl", "qwen3_vl_text"), rope=None, causal_lm=None),
+        # cross-attention layers gate their residual branches with tanh: norms out of place
+        Family(
+            "mllama",
+            "MllamaText",
+            ("mllama", "mllama_text_model"),
+            norm_in_place=False,
+            attention_name="MllamaTextSelfAttention",
+            causal_lm="MllamaForCausalLM",
+        ),
     ]
 }
 

@@ -10,12 +10,12 @@ import torch
 from tigon.nn.rms_norm import RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb as _tigon_apply_rotary_pos_emb
 from tigon.ops.rope import rope as _tigon_rope
-from tigon.nn.swiglu import _HIDDEN_ACT, GemmaMLP, LlamaMLP, Phi3MLP
+from tigon.nn.swiglu import _HIDDEN_ACT, FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.ops._common import FLOAT_DTYPES, rows_ok
 from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU
 from tigon.transformers._families import NORMS, Family
 
-_MLP_BASES = {"llama": LlamaMLP, "gemma": GemmaMLP, "phi3": Phi3MLP}
+_MLP_BASES = {"llama": LlamaMLP, "gemma": GemmaMLP, "phi3": Phi3MLP, "falcon_h1": FalconH1MLP}
 
 
 def _register(cls: type, name: str) -> type:
@@ -78,7 +78,7 @@ def mlp_class(family: Family, hf_class: type) -> type:
             act = activation_of(config, family)
             if family.mlp == "phi3":
                 super().__init__(config, in_place=True, hidden_act=act)
-            elif family.mlp == "gemma":
+            elif family.mlp in ("gemma", "falcon_h1"):  # biases as their base decides
                 super().__init__(config, in_place=True, intermediate_size=intermediate_size, hidden_act=act)
             else:
                 super().__init__(
@@ -134,7 +134,21 @@ def apply_rotary_pos_emb_halves(q, k, cos, sin, unsqueeze_dim=1):
     return _rope(q, k, torch.cat([cos, cos], -1), torch.cat([sin, sin], -1), unsqueeze_dim, interleaved=False)
 
 
+def apply_rotary_emb_complex(xq, xk, freqs_cis):
+    """Llama 4's apply_rotary_emb: [B, T, H, D] q and k as complex pairs (2i, 2i + 1) times freqs_cis[..., i] in fp32,
+    one rounding back. A complex product is the interleaved rotation by the table's angle (its real part the cos, its
+    imaginary part the sin, each once per pair), as one Tigon kernel."""
+    if not freqs_cis.is_complex() or freqs_cis.dim() != 3:
+        raise ValueError(
+            f"apply_rotary_emb: argument 'freqs_cis' must be a complex [B, T, D/2] tensor, got {freqs_cis.dtype} "
+            f"{tuple(freqs_cis.shape)}"
+        )
+    cos, sin = freqs_cis.real.repeat_interleave(2, -1), freqs_cis.imag.repeat_interleave(2, -1)
+    return _rope(xq, xk, cos.float(), sin.float(), 2, interleaved=True)
+
+
 ROPE = {
+    "complex": apply_rotary_emb_complex,
     "llama": apply_rotary_pos_emb,
     "glm": apply_rotary_pos_emb_glm,
     "interleaved": apply_rotary_pos_emb_interleaved,

@@ -75,17 +75,18 @@ def apply_class(
     mod = importlib.import_module(family.module)
     p = family.prefix
     rms_norm, rope = rms_norm and family.norm is not None, rope and family.rope is not None
-    if rms_norm:
-        _set(family, mod, f"{p}RMSNorm", norm_class(family))
-    if swiglu and family.mlp:
-        _set(family, mod, f"{p}MLP", mlp_class(family, _original(family, mod, f"{p}MLP")))
+    # transformers releases differ in which classes a VLM's modeling module defines (some import Qwen2's)
+    if rms_norm and hasattr(mod, family.norm_cls):
+        _set(family, mod, family.norm_cls, norm_class(family))
+    if swiglu and family.mlp and hasattr(mod, family.mlp_cls):
+        _set(family, mod, family.mlp_cls, mlp_class(family, _original(family, mod, family.mlp_cls)))
     experts = getattr(mod, f"{p}Experts", None)  # older transformers may run the family's experts inline
     if swiglu and family.experts and family.experts_gate and hasattr(experts, "_apply_gate"):
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
-        _set(family, mod, "apply_rotary_pos_emb", ROPE[family.rope])
-    if ce or flce:
-        lm = getattr(mod, f"{p}ForCausalLM")
+        _set(family, mod, family.rope_fn, ROPE[family.rope])
+    if (ce or flce) and family.causal_lm_cls:
+        lm = getattr(mod, family.causal_lm_cls)
         _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce, check_targets))
     return [
         f"{family.module}.{attr if owner is mod else owner.__name__ + '.' + attr}"
@@ -146,11 +147,16 @@ def _new_mlp(old: torch.nn.Module, family: Family, config) -> torch.nn.Module | 
         )
         return None
     with torch.device("meta"):
-        new = mlp_class(family, type(old))(config, intermediate_size=getattr(old, "intermediate_size", None))
+        # Llama 4's MLP keeps no intermediate_size: its down projection's input width is it
+        width = getattr(old, "intermediate_size", None) or getattr(getattr(old, "down_proj", None), "in_features", None)
+        new = mlp_class(family, type(old))(config, intermediate_size=width)
     # The very projection modules (LoRA-wrapped ones included) move over: same parameters, same state-dict keys.
     for name in ("gate_up_proj", "down_proj") if family.mlp == "phi3" else ("gate_proj", "up_proj", "down_proj"):
         setattr(new, name, getattr(old, name))
     return new.train(old.training)
+
+
+_VISION = ("visual", "vision_tower", "vision_model")
 
 
 def apply_instance(
@@ -166,26 +172,30 @@ def apply_instance(
     """Patches one built model in place; returns how many modules of each kind were replaced or rerouted."""
     mod = importlib.import_module(family.module)
     p = family.prefix
-    mine = lambda m, suffix: type(m).__module__ == family.module and type(m).__name__ == p + suffix  # noqa: E731
+    mine = lambda m, name: type(m).__module__ == family.module and type(m).__name__ == name  # noqa: E731
     counts = {"rms_norm": 0, "mlp": 0, "experts": 0, "rope": 0, "loss": 0}
     rms_norm, rope = rms_norm and family.norm is not None, rope and family.rope is not None
     norm_cls = norm_class(family) if rms_norm else None
+    # a VLM's vision tower stays transformers' even where it shares a class with the language model
+    vision = {id(m) for n, c in model.named_modules() if n.rpartition(".")[2] in _VISION for m in c.modules()}
     for parent in list(model.modules()):
+        if id(parent) in vision:
+            continue
         for name, child in list(parent.named_children()):
             new = None
-            if rms_norm and mine(child, "RMSNorm"):
+            if rms_norm and mine(child, family.norm_cls):
                 new, kind = _new_norm(child, norm_cls), "rms_norm"
-            elif swiglu and family.mlp and mine(child, "MLP"):
+            elif swiglu and family.mlp and mine(child, family.mlp_cls):
                 new, kind = _new_mlp(child, family, model.config), "mlp"
             if new is not None:
                 setattr(parent, name, new)
                 counts[kind] += 1
     for m in model.modules():
-        if swiglu and family.experts and family.experts_gate and mine(m, "Experts") and hasattr(m, "_apply_gate"):
+        if swiglu and family.experts and family.experts_gate and mine(m, f"{p}Experts") and hasattr(m, "_apply_gate"):
             m._apply_gate = types.MethodType(experts_gate(type(m)._apply_gate), m)
             counts["experts"] += 1
-        if rope and mine(m, "Attention"):
-            forward = with_globals(type(m).forward, apply_rotary_pos_emb=ROPE[family.rope])
+        if rope and mine(m, family.attention_cls):
+            forward = with_globals(type(m).forward, **{family.rope_fn: ROPE[family.rope]})
             if forward is None:
                 warnings.warn(
                     f"tigon: cannot reroute {type(m).__name__}'s RoPE (its forward is not a plain "
@@ -196,7 +206,8 @@ def apply_instance(
                 continue
             m.forward = types.MethodType(forward, m)
             counts["rope"] += 1
-    if (ce or flce) and isinstance(model, getattr(mod, f"{p}ForCausalLM")):
+    lm = getattr(mod, family.causal_lm_cls or "", None)
+    if (ce or flce) and lm is not None and isinstance(model, lm):
         model.forward = types.MethodType(make_forward(type(model).forward, family, flce, ce, check_targets), model)
         counts["loss"] = 1
     return counts
@@ -364,8 +375,13 @@ def patch(model, **options):
             f"patch: argument 'model' must be a transformers model (a PreTrainedModel, or a PEFT / DDP / "
             f"torch.compile wrapper of one), got {type(model).__name__}"
         )
-    model_type = getattr(getattr(base, "config", None), "model_type", None)
+    config = getattr(base, "config", None)
+    model_type = getattr(config, "model_type", None)
     family = BY_MODEL_TYPE.get(model_type)
+    if family is None and hasattr(config, "get_text_config"):
+        # a VLM whose language model is a supported family (LLaVA, PaliGemma, InternVL, Idefics3, SmolVLM, ...): its
+        # modules are patched; the vision tower is another family's and the loss stays transformers'
+        family = BY_MODEL_TYPE.get(getattr(config.get_text_config(), "model_type", None))
     if family is None:
         warnings.warn(
             f"tigon.transformers.patch: model type {model_type!r} is not supported (supported: "
