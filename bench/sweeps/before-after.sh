@@ -44,7 +44,7 @@ for round in $(seq "${HOST_ROUNDS:-1}"); do
   for side in before after; do
     tree=$BEFORE; [ $side = after ] && tree=$PWD
     PYTHONPATH="$tree/python:${PYTHONPATH:-}" TIGON_LIBRARY="$tree/build/libtigon.so" \
-      python3 bench/sweeps/profile_host.py >"$DIR/host-$side-$round.log" 2>&1
+      python3 bench/sweeps/profile_host.py --no-profile >"$DIR/host-$side-$round.log" 2>&1
     echo "host per call, $side: $(grep -E '^(tigon|liger|torch_eager)' "$DIR/host-$side-$round.log" | tr '\n' ';')"
   done
 done

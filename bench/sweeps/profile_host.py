@@ -1,9 +1,12 @@
 """Host time per call of RMSNorm forward and forward + backward on tiny CUDA tensors (the GPU idles, so this is the
-Python + launch overhead that a fast kernel must hide), for tigon and the baselines, plus a cProfile of tigon's."""
+Python + launch overhead that a fast kernel must hide), for tigon and the baselines, plus a cProfile of tigon's (left out with --no-profile). Each time is the median and the minimum over repeats of the
+mean time per call: the minimum is the steadier figure when the host's load drifts, so before/after runs compare it.
+"""
 
 import cProfile
 import pstats
 import statistics
+import sys
 import time
 
 import torch
@@ -31,7 +34,7 @@ except Exception as e:  # noqa: BLE001
 
 
 def per_call_us(fn, n=500, repeats=7):
-    """Median over repeats of the mean time per call of n calls (the host's clock and load drift between repeats)."""
+    """(median, minimum) over repeats of the mean time per call of n calls (the host's clock and load drift)."""
     for _ in range(50):
         fn()
     samples = []
@@ -42,7 +45,7 @@ def per_call_us(fn, n=500, repeats=7):
             fn()
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - t0) / n * 1e6)
-    return statistics.median(samples)
+    return statistics.median(samples), min(samples)
 
 
 for name, f in impls.items():
@@ -54,7 +57,11 @@ for name, f in impls.items():
     def full():
         torch.autograd.grad(f(x, w), (x, w), dy)
 
-    print(f"{name:12s} fwd {per_call_us(fwd):7.1f} us   fwd+bwd {per_call_us(full):7.1f} us", flush=True)
+    (f_med, f_min), (b_med, b_min) = per_call_us(fwd), per_call_us(full)
+    print(f"{name:12s} fwd {f_med:7.1f} us (min {f_min:7.1f})   fwd+bwd {b_med:7.1f} us (min {b_min:7.1f})", flush=True)
+
+if "--no-profile" in sys.argv:
+    sys.exit(0)
 
 prof = cProfile.Profile()
 prof.enable()
