@@ -1,7 +1,7 @@
 """Host time per call of RMSNorm forward and forward + backward on tiny CUDA tensors (the GPU idles, so this is the
-Python + launch overhead that a fast kernel must hide), for tigon and the baselines, plus a cProfile of tigon's (left out with --no-profile). Each time is the median and the minimum over repeats of the
-mean time per call: the minimum is the steadier figure when the host's load drifts, so before/after runs compare it.
-"""
+Python + launch overhead that a fast kernel must hide), for tigon and the baselines, plus a cProfile of tigon's (left
+out with --no-profile). Each time is the median and the minimum over repeats of the mean time per call: the minimum is
+the steadier figure when the host's load drifts, so before/after runs compare it."""
 
 import cProfile
 import pstats
