@@ -14,7 +14,7 @@ import torch
 import tigon
 from tigon.bench import BENCHMARKS, DEFAULT_OPS, records, train_step
 from tigon.bench.report import Context, draw_charts, environment, grouped_notes, print_table, progress, write_jsonl
-from tigon.bench.timing import measure_copy_bandwidth
+from tigon.bench.timing import measure_copy_bandwidth, prime_graph_capture
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -86,6 +86,7 @@ def main(argv=None) -> int:
         f"tigon {env['tigon']} | git {env['git_sha']}"
     )
     copy_gbps = measure_copy_bandwidth(device)
+    prime_graph_capture(device)
     progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
     ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)
 

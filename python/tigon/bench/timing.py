@@ -107,6 +107,23 @@ def graph_time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: i
     return ms
 
 
+def prime_graph_capture(device: torch.device) -> None:
+    """Captures one small forward + backward into a throwaway CUDA graph. A process's first capture of a backward
+    can fail, and the failure sticks to retries of the same capture (seen on an H200 with torch 2.11); absorbing it
+    here keeps the first op measured from losing its graph numbers."""
+    if device.type != "cuda":
+        return
+    x = torch.randn(64, 64, device=device, requires_grad=True)
+    step = lambda: torch.autograd.grad((x * x).sum(), x)  # noqa: E731
+    for attempt in range(2):
+        try:
+            graph_time_ms(step, device, reps=2, warmup=1)
+            return
+        except Exception:  # the failure this exists to absorb
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+
+
 def input_copy(t: torch.Tensor, requires_grad: bool | None = None) -> torch.Tensor:
     """A copy of t; one that requires grad is a non-leaf, as the activations and logits a model hands an op are (ops
     that write over an input refuse leaves that require grad)."""
