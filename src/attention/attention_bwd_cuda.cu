@@ -67,11 +67,13 @@ bool fits_sm90_kernel(const BwdProblem& pr) {
          pairs(pr.dv) && rows_q <= INT_MAX && rows_k <= INT_MAX;
 }
 
+// The other kernels' workspace: lse in base 2, then delta, each this many bytes.
+size_t stats_bytes(const Shape& s) { return align_up(size_t(stat_rows(s)) * size_t(s.heads_q) * sizeof(float)); }
+
 }  // namespace
 
 size_t bwd_cuda_workspace_bytes(const Shape& s, bool /*deterministic: one kernel order serves both*/, int /*device*/) {
-  const size_t one = size_t(stat_rows(s)) * size_t(s.heads_q) * sizeof(float);
-  const size_t other = 2 * align_up(one);  // lse in base 2, then delta
+  const size_t other = 2 * stats_bytes(s);
   return has_sm90_kernel(s) ? std::max(other, sm90::bwd_workspace(s).bytes) : other;
 }
 
@@ -109,7 +111,7 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, voi
   p.lse = pr.lse;
   p.rows_q = stat_rows(s);
   p.lse_log2 = static_cast<float*>(workspace);
-  p.delta = reinterpret_cast<float*>(static_cast<char*>(workspace) + need / 2);
+  p.delta = reinterpret_cast<float*>(static_cast<char*>(workspace) + stats_bytes(s));
   p.cu_seqlens_q = s.cu_seqlens_q;
   p.cu_seqlens_k = s.cu_seqlens_k;
   p.batch = int(s.batch);

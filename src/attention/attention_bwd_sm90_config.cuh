@@ -29,7 +29,7 @@ struct BwdConfig {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the Hopper backward kernel takes head dims 64 and 128");
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kBlockM = 64;                // query rows per step
+  static constexpr int kBlockM = 64;               // query rows per step
   static constexpr int kBlockN = 64 * kConsumers;  // keys per CTA
   static constexpr int kStages = 2;
   // The producer warpgroup: warp 0 issues the loads, warp 1 writes dq; 24 * 128 + 240 * 256 is the 168 per thread
@@ -57,8 +57,8 @@ struct BwdConfig {
   // dS as the A operand of dQ = dS K: (query, key, buffer), queries contiguous (MN-major), so that the consumers'
   // transposed tiles store adjacent queries side by side. Two buffers: one warpgroup may still read step t's while
   // the other writes step t + 1's.
-  using SmemLayoutDS = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                              cute::Shape<Int<kBlockM>, Int<kBlockN>, _2>{}));
+  using SmemLayoutDS =
+      decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, cute::Shape<Int<kBlockM>, Int<kBlockN>, _2>{}));
   // The same bytes as the consumers write them: (key, query, buffer).
   using SmemLayoutDSt = decltype(composition(
       SmemLayoutDS{}, make_ordered_layout(cute::Shape<Int<kBlockN>, Int<kBlockM>, _2>{}, Step<_2, _1, _3>{})));
@@ -66,8 +66,7 @@ struct BwdConfig {
   using ConsumerRows = Layout<cute::Shape<Int<kConsumers>, _1, _1>>;  // warpgroups stacked along M
   using ConsumerCols = Layout<cute::Shape<_1, Int<kConsumers>, _1>>;  // warpgroups side by side along N
   using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(),
-      ConsumerRows{}));
+      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), ConsumerRows{}));
   using TiledMmaDKV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, cute::Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
                            GMMA::Major::MN>(),
@@ -87,7 +86,7 @@ struct BwdConfig {
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesStats = kBlockM * sizeof(float);
   static constexpr uint32_t kBytesStage = 2 * kBytesQ + 2 * kBytesStats;  // q, dout, lse, delta
-  static constexpr int kDQFloats = kBlockM * kHeadDim;                     // one dq tile, fp32
+  static constexpr int kDQFloats = kBlockM * kHeadDim;                    // one dq tile, fp32
 
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
 

@@ -39,8 +39,8 @@ CUTE_DEVICE SeqExtent seq_extent(BwdParams<C> const& p, int batch) {
 
 template <class C>
 CUTE_DEVICE BandTiles band_tiles(BwdParams<C> const& p, SeqExtent const& e) {
-  return BandTiles{e.len_q,         e.len_k,     e.len_k - e.len_q, p.window_left, p.window_right, C::kBlockM,
-                   C::kBlockN,      p.rotate};
+  return BandTiles{e.len_q,        e.len_k,    e.len_k - e.len_q, p.window_left,
+                   p.window_right, C::kBlockM, C::kBlockN,        p.rotate};
 }
 
 // ---- preprocess: one CTA per (query tile, query head, sequence), four threads a row --------------------------------
@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(CUTE_GRID_CONSTANT 
   if (row < e.len_q) {
     const int64_t tok = e.q_start + row, b = p.cu_seqlens_q != nullptr ? 0 : batch;
     const Element* o = p.o + b * p.o_strides[0] + tok * p.o_strides[1] + head * p.o_strides[2] + part * kPer;
-    const Element* g = p.dout + b * p.dout_strides[0] + tok * p.dout_strides[1] + head * p.dout_strides[2] + part * kPer;
+    const Element* g =
+        p.dout + b * p.dout_strides[0] + tok * p.dout_strides[1] + head * p.dout_strides[2] + part * kPer;
     CUTE_UNROLL
     for (int d = 0; d < kPer; d += kVec) {
       const uint4 ov = *reinterpret_cast<const uint4*>(o + d), gv = *reinterpret_cast<const uint4*>(g + d);
@@ -84,7 +85,8 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(CUTE_GRID_CONSTANT 
   }
 }
 
-// ---- main kernel -----------------------------------------------------------------------------------------------------
+// ---- main kernel
+// -----------------------------------------------------------------------------------------------------
 
 struct KeyTileWork {
   int kv_head, batch, n;
@@ -241,15 +243,15 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
   auto thr_sdp = mma_sdp.get_thread_slice(tid);
   auto thr_dkv = mma_dkv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
-  Tensor tSrK = thr_sdp.partition_fragment_A(sK);      // this warpgroup's 64 keys
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // this warpgroup's 64 keys
   Tensor tSrV = thr_sdp.partition_fragment_A(sV);
-  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);      // (MMA, 1, D/16, stages)
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);  // (MMA, 1, D/16, stages)
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
   Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);  // (MMA, 1, M/16, stages)
   Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);    // (MMA, 1, N/16, buffers)
-  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);     // (MMA, 1, N/16)
-  Tensor tSsdSt = thr_sdp.partition_C(sdSt);           // this thread's dS^T elements in shared memory
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, 1, N/16, buffers)
+  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);   // (MMA, 1, N/16)
+  Tensor tSsdSt = thr_sdp.partition_C(sdSt);         // this thread's dS^T elements in shared memory
   Tensor cSt = thr_sdp.partition_C(make_identity_tensor(typename C::TileSt{}));  // (key, query) of each element
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, typename C::TileDKV{});
@@ -261,8 +263,10 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
   Tensor rdS = make_tensor<Element>(LayoutSt{});
   Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(LayoutSt{}));
   Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(LayoutSt{}));
-  static_assert(decltype(size<2>(tdVrP))::value == C::kBlockM / 16 && decltype(size<2>(tdVrdO))::value == C::kBlockM / 16);
-  static_assert(decltype(size<2>(tdQrdS))::value == C::kBlockN / 16 && decltype(size<2>(tdQrK))::value == C::kBlockN / 16);
+  static_assert(decltype(size<2>(tdVrP))::value == C::kBlockM / 16 &&
+                decltype(size<2>(tdVrdO))::value == C::kBlockM / 16);
+  static_assert(decltype(size<2>(tdQrdS))::value == C::kBlockN / 16 &&
+                decltype(size<2>(tdQrK))::value == C::kBlockN / 16);
 
   const Visibility vis{w.e.len_q, w.e.len_k, w.e.len_k - w.e.len_q, p.window_left, p.window_right};
   const int key0 = w.n * C::kBlockN;
@@ -342,8 +346,10 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
   Tensor cKV = thr_dkv.partition_C(make_identity_tensor(typename C::TileDKV{}));
   static_assert(decltype(size<0, 0>(acc_dk))::value == 2 && decltype(stride<0, 0>(acc_dk.layout()))::value == 1);
   const int64_t b = p.cu_seqlens_q != nullptr ? 0 : w.batch;
-  Element* dk = p.dk + b * p.dk_strides[0] + int64_t(w.e.k_start + key0) * p.dk_strides[1] + w.kv_head * p.dk_strides[2];
-  Element* dv = p.dv + b * p.dv_strides[0] + int64_t(w.e.k_start + key0) * p.dv_strides[1] + w.kv_head * p.dv_strides[2];
+  Element* dk =
+      p.dk + b * p.dk_strides[0] + int64_t(w.e.k_start + key0) * p.dk_strides[1] + w.kv_head * p.dk_strides[2];
+  Element* dv =
+      p.dv + b * p.dv_strides[0] + int64_t(w.e.k_start + key0) * p.dv_strides[1] + w.kv_head * p.dv_strides[2];
   CUTE_UNROLL
   for (int i = 0; i < size(acc_dk); i += 2) {
     const int key = get<0>(cKV(i)), col = get<1>(cKV(i));
@@ -396,7 +402,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) bwd_main_kernel(CUTE_GRID_CONS
 #endif
 }
 
-// ---- dq: the accumulator, scaled, in the output dtype ----------------------------------------------------------------
+// ---- dq: the accumulator, scaled, in the output dtype
+// ----------------------------------------------------------------
 
 template <class C>
 __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT BwdParams<C> const p) {
@@ -415,8 +422,8 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT 
   Tensor c = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(typename C::TileDQ{}));
   constexpr int kN = decltype(size(c))::value;
   const int64_t b = p.cu_seqlens_q != nullptr ? 0 : batch;
-  Element* dq = p.dq + b * p.dq_strides[0] + int64_t(e.q_start + m * C::kBlockM) * p.dq_strides[1] +
-                head * p.dq_strides[2];
+  Element* dq =
+      p.dq + b * p.dq_strides[0] + int64_t(e.q_start + m * C::kBlockM) * p.dq_strides[1] + head * p.dq_strides[2];
   CUTE_UNROLL
   for (int v = 0; v < kN / 4; ++v) {
     const float4 x = any ? reinterpret_cast<const float4*>(acc)[v * 256 + tid] : make_float4(0.f, 0.f, 0.f, 0.f);

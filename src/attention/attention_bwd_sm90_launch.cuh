@@ -26,8 +26,8 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   const BwdWorkspace ws = bwd_workspace(s);
 
   BwdParams<C> p;
-  p.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem_view<F>(pr.q, rows_q, s.heads_q, batch),
-                          typename C::SmemLayoutQStage{}, typename C::TileQ{}, _1{});
+  p.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem_view<F>(pr.q, rows_q, s.heads_q, batch), typename C::SmemLayoutQStage{},
+                          typename C::TileQ{}, _1{});
   p.tma_dout = make_tma_copy(SM90_TMA_LOAD{}, gmem_view<F>(pr.dout, rows_q, s.heads_q, batch),
                              typename C::SmemLayoutQStage{}, typename C::TileQ{}, _1{});
   p.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem_view<F>(pr.k, rows_k, s.heads_kv, batch), typename C::SmemLayoutKV{},

@@ -35,13 +35,17 @@ struct BandTiles {
   }
   TIGON_HD int m_tiles() const { return (len_q + block_m - 1) / block_m; }
   TIGON_HD int n_tiles() const { return (len_k + block_n - 1) / block_n; }
-  TIGON_HD int last_row(int m) const { return m * block_m + block_m - 1 < len_q ? m * block_m + block_m - 1 : len_q - 1; }
-  TIGON_HD int last_key(int n) const { return n * block_n + block_n - 1 < len_k ? n * block_n + block_n - 1 : len_k - 1; }
+  TIGON_HD int last_row(int m) const {
+    return m * block_m + block_m - 1 < len_q ? m * block_m + block_m - 1 : len_q - 1;
+  }
+  TIGON_HD int last_key(int n) const {
+    return n * block_n + block_n - 1 < len_k ? n * block_n + block_n - 1 : len_k - 1;
+  }
 
   // Query tile m and key tile n hold a visible pair (tiles inside both lengths): some key of n is below the last
   // row's end and some key of n is at or past the first row's start. Monotone in each argument, so the tiles one
   // tile meets are a contiguous range.
-  TIGON_HD bool reaches_end(int m, int n) const { return n * block_n < end_key(last_row(m)); }    // n: T..F, m: F..T
+  TIGON_HD bool reaches_end(int m, int n) const { return n * block_n < end_key(last_row(m)); }       // n: T..F, m: F..T
   TIGON_HD bool reaches_start(int m, int n) const { return last_key(n) >= first_key(m * block_m); }  // n: F..T, m: T..F
   TIGON_HD bool meet(int m, int n) const {
     return m >= 0 && m < m_tiles() && n >= 0 && n < n_tiles() && reaches_end(m, n) && reaches_start(m, n);
@@ -52,13 +56,19 @@ struct BandTiles {
     int a = 0, b = m_tiles();  // first m with reaches_end
     while (a < b) {
       const int mid = (a + b) / 2;
-      if (reaches_end(mid, n)) b = mid; else a = mid + 1;
+      if (reaches_end(mid, n))
+        b = mid;
+      else
+        a = mid + 1;
     }
     lo = a;
     a = -1, b = m_tiles() - 1;  // last m with reaches_start
     while (a < b) {
       const int mid = (a + b + 1) / 2;
-      if (reaches_start(mid, n)) a = mid; else b = mid - 1;
+      if (reaches_start(mid, n))
+        a = mid;
+      else
+        b = mid - 1;
     }
     hi = a;
   }
@@ -67,13 +77,19 @@ struct BandTiles {
     int a = 0, b = n_tiles();  // first n with reaches_start
     while (a < b) {
       const int mid = (a + b) / 2;
-      if (reaches_start(m, mid)) b = mid; else a = mid + 1;
+      if (reaches_start(m, mid))
+        b = mid;
+      else
+        a = mid + 1;
     }
     lo = a;
     a = -1, b = n_tiles() - 1;  // last n with reaches_end
     while (a < b) {
       const int mid = (a + b + 1) / 2;
-      if (reaches_end(m, mid)) a = mid; else b = mid - 1;
+      if (reaches_end(m, mid))
+        a = mid;
+      else
+        b = mid - 1;
     }
     hi = a;
   }
@@ -106,7 +122,10 @@ struct BandTiles {
       int a = lo - 1, b = hi;
       while (a < b) {
         const int mid = (a + b + 1) / 2;
-        if (m_begin(mid) <= m) a = mid; else b = mid - 1;
+        if (m_begin(mid) <= m)
+          a = mid;
+        else
+          b = mid - 1;
       }
       split = a;
     }

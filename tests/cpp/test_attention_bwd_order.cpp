@@ -110,8 +110,8 @@ TEST(AttentionBwdOrder, CTAsStartedInBlockOrderAlwaysFinish) {
   for (const BandTiles& t : cases()) {
     // rotated walks need the whole pair resident (the launcher only rotates then); others any number of slots
     for (int slots : t.rotate ? std::vector<int>{std::max(1, t.n_tiles())} : std::vector<int>{1, 2, 3, 16})
-      ASSERT_TRUE(schedule_finishes(t, slots)) << "len " << t.len_q << "/" << t.len_k << " left " << t.left
-                                               << " right " << t.right << " slots " << slots;
+      ASSERT_TRUE(schedule_finishes(t, slots))
+          << "len " << t.len_q << "/" << t.len_k << " left " << t.left << " right " << t.right << " slots " << slots;
   }
 }
 
