@@ -2,11 +2,13 @@
 // with a kernel, enough workspace), flattens the problem into kernel arguments and launches the dtype's kernels.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
 #include "attention/attention.h"
 #include "attention/attention_bwd_launch.h"
+#include "attention/attention_bwd_sm90.h"
 #include "common/cuda_check.h"
 #include "common/error.h"
 
@@ -41,11 +43,38 @@ bool aligned16(const Tensor4& t) {
 // in range.
 int clamp_window(int64_t w, int64_t span) { return w < 0 || w > span ? -1 : int(w); }
 
+// The TMA kernel's head dims.
+bool has_sm90_kernel(const Shape& s) { return s.head_dim == 64 || s.head_dim == 128; }
+
+// What the TMA kernel needs of the tensors beyond the validated problem: q, k, v, dout as TMA sources (16-byte
+// aligned start and strides), o read in 16-byte vectors, dq, dk, dv written as element pairs. Tensors that are not
+// (a broadcast dout, odd strides) take the other kernel.
+bool fits_sm90_kernel(const BwdProblem& pr) {
+  const Shape& s = pr.s;
+  const int64_t rows_q = s.varlen() ? s.total_q : s.seqlen_q, rows_k = s.varlen() ? s.total_k : s.seqlen_k;
+  const int64_t batch = s.varlen() ? 1 : s.batch;
+  auto vec16 = [&](const Tensor4& t, int64_t rows, int64_t heads) {
+    auto ok = [](int64_t extent, int64_t stride) { return extent <= 1 || (stride > 0 && stride % 8 == 0); };
+    return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && ok(rows, t.seq_stride) && ok(heads, t.head_stride) &&
+           ok(batch, t.batch_stride);
+  };
+  auto pairs = [&](const Tensor4& t) {
+    return reinterpret_cast<uintptr_t>(t.data) % 4 == 0 && t.seq_stride % 2 == 0 && t.head_stride % 2 == 0 &&
+           t.batch_stride % 2 == 0;
+  };
+  return vec16(pr.q, rows_q, s.heads_q) && vec16(pr.dout, rows_q, s.heads_q) && vec16(pr.o, rows_q, s.heads_q) &&
+         vec16(pr.k, rows_k, s.heads_kv) && vec16(pr.v, rows_k, s.heads_kv) && pairs(pr.dq) && pairs(pr.dk) &&
+         pairs(pr.dv) && rows_q <= INT_MAX && rows_k <= INT_MAX;
+}
+
+// The other kernels' workspace: lse in base 2, then delta, each this many bytes.
+size_t stats_bytes(const Shape& s) { return align_up(size_t(stat_rows(s)) * size_t(s.heads_q) * sizeof(float)); }
+
 }  // namespace
 
 size_t bwd_cuda_workspace_bytes(const Shape& s, bool /*deterministic: one kernel order serves both*/, int /*device*/) {
-  const size_t one = size_t(stat_rows(s)) * size_t(s.heads_q) * sizeof(float);
-  return 2 * align_up(one);  // lse in base 2, then delta
+  const size_t other = 2 * stats_bytes(s);
+  return has_sm90_kernel(s) ? std::max(other, sm90::bwd_workspace(s).bytes) : other;
 }
 
 void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, void* stream) {
@@ -66,6 +95,14 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, voi
   if (workspace_bytes < need || (need > 0 && workspace == nullptr))
     fail_arg("workspace", "needs ", need, " bytes, got ", workspace_bytes);
   if (s.batch == 0 || s.heads_q == 0) return;
+  if (has_sm90_kernel(s) && fits_sm90_kernel(pr)) {
+    const auto st = static_cast<cudaStream_t>(stream);
+    if (s.head_dim == 64)
+      sm90::bwd_hdim64(pr, workspace, st);
+    else
+      sm90::bwd_hdim128(pr, workspace, st);
+    return;
+  }
 
   bwd::Params p;
   const Tensor4* tensors[] = {&pr.q, &pr.k, &pr.v, &pr.o, &pr.dout, &pr.dq, &pr.dk, &pr.dv};
@@ -74,7 +111,7 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, voi
   p.lse = pr.lse;
   p.rows_q = stat_rows(s);
   p.lse_log2 = static_cast<float*>(workspace);
-  p.delta = reinterpret_cast<float*>(static_cast<char*>(workspace) + need / 2);
+  p.delta = reinterpret_cast<float*>(static_cast<char*>(workspace) + stats_bytes(s));
   p.cu_seqlens_q = s.cu_seqlens_q;
   p.cu_seqlens_k = s.cu_seqlens_k;
   p.batch = int(s.batch);

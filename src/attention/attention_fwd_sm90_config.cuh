@@ -13,6 +13,11 @@ namespace tigon::attention::sm90 {
 
 using namespace cute;
 
+// Registers per thread a CTA of `threads` gets at launch under __launch_bounds__(threads, 1) (the register file's 64K
+// in units of 8 per thread). setmaxnreg only moves registers between warpgroups inside that allocation: a split whose
+// total exceeds it leaves the growing warpgroups waiting forever.
+constexpr int launch_regs(int threads) { return 65536 / threads / 8 * 8; }
+
 // The widest swizzle whose row (128, 64 or 32 bytes) divides a head_dim row. TMA writes and wgmma reads the same
 // pattern; 128-byte swizzling spreads one row's 16-byte chunks over all shared-memory banks.
 template <class Element, int kHeadDim>
@@ -39,7 +44,8 @@ struct FwdConfig {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
   static constexpr int kStages = 2;  // K and V tiles in flight while the consumers work on the previous ones
-  // Registers per thread after the split (setmaxnreg): the producer only issues TMA; 24*128 + 240*256 fits 64K.
+  // Registers per thread after the split (setmaxnreg): the producer only issues TMA; 24*128 + 240*256 is the 168 per
+  // thread of 384 threads at launch.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
 
@@ -99,7 +105,7 @@ struct FwdConfig {
   static_assert(tile_size<0>(TiledMmaS{}) == kBlockM && tile_size<1>(TiledMmaS{}) == kBlockN);
   static_assert(tile_size<0>(TiledMmaO{}) == kBlockM && tile_size<1>(TiledMmaO{}) == kHeadDim);
   static_assert(sizeof(SharedStorage) <= 227 * 1024, "exceeds Hopper's shared memory per block");
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536);
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= launch_regs(kThreads) * kThreads);
 };
 
 // Everything the kernel reads besides shared memory. Lengths are int32 (TMA coordinates are); offsets int64.
