@@ -93,3 +93,44 @@ def test_the_repository_results_file_renders():
     assert all(r.get(k) for r in rows for k in ("git_sha", "timestamp", "gpu", "torch", "op", "impl", "shape"))
     assert "| rms_norm |" in records.ops_markdown(rows)
     assert "train_step" in records.train_step_markdown(rows)
+
+
+def test_train_step_packed_batch_restarts_positions_and_ignores_each_documents_first_label():
+    from types import SimpleNamespace
+
+    import torch
+
+    from tigon.bench import train_step
+
+    model = SimpleNamespace(config=SimpleNamespace(vocab_size=50))
+    plain = train_step._batch(model, 2, 8, None, torch.device("cpu"))
+    assert set(plain) == {"input_ids", "labels"} and plain["labels"] is plain["input_ids"]
+    packed = train_step._batch(model, 1, 8, (3, 5), torch.device("cpu"))
+    assert packed["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4]]
+    assert (packed["labels"] == -100).nonzero()[:, 1].tolist() == [0, 3]
+    for config, (model_name, batch, seq, docs) in train_step.CONFIGS.items():
+        assert model_name in train_step.MODELS and (docs is None or sum(docs) == batch * seq), config
+
+
+def test_train_step_table_compares_each_row_with_transformers_at_the_same_optimizer(capsys):
+    from tigon.bench import train_step
+
+    def row(impl, optimizer, tokens_per_s):
+        return {
+            "op": "train_step", "model": "llama", "impl": impl, "optimizer": optimizer, "batch": 4, "seq": 2048,
+            "packed": None, "gpu": "GPU", "dtype": "bfloat16", "torch": "2", "transformers": "5", "git_sha": "abc",
+            "step_ms": 8192e3 / tokens_per_s, "tokens_per_s": tokens_per_s, "peak_gib": 1.0, "peak_fwd_bwd_gib": 1.0,
+            "states_gib": 1.0, "loss_first": 1.0, "loss_last": 0.5,
+        }  # fmt: skip
+
+    rows = [
+        row("hf", "fused", 100.0),
+        row("tigon", "fused", 150.0),
+        row("hf", "foreach", 50.0),
+        row("tigon", "foreach", 100.0),
+    ]
+    train_step.print_table(rows)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("llama")]
+    assert [line.split()[-2] for line in lines] == ["1.00", "1.50", "1.00", "2.00"]
+    table = records.train_step_markdown([dict(r, timestamp="t", **{"gpu": "GPU"}) for r in rows])
+    assert "| fused | 4 × 2048 | tigon |" in table and "2.00×" in table

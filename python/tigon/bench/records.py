@@ -127,13 +127,18 @@ def train_step_markdown(rows: list[dict]) -> str:
     run = newest_run(rows, train_steps=True)
     if not run:
         return "(no train step rows in the results file)"
-    out = ["| op | model | impl | step ms | tokens/s | peak GiB | vs transformers |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "| op | model | AdamW | tokens | impl | step ms | tokens/s | peak GiB | vs transformers |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    key = lambda r: (r["op"], r["model"], r.get("optimizer") or "foreach")  # noqa: E731 (older rows: foreach)
     for r in run:
-        base = next((b for b in run if (b["op"], b["model"], b["impl"]) == (r["op"], r["model"], "hf")), None)
+        base = next((b for b in run if key(b) == key(r) and b["impl"] == "hf"), None)
         speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}×" if base else "-"
+        tokens = f"{r['batch']} × {r['seq']}" + (" packed" if r.get("packed") else "")
         out.append(
-            f"| {r['op']} | {r['model']} | {r['impl']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
-            f"{r['peak_gib']:.2f} | {speed} |"
+            f"| {r['op']} | {r['model']} | {key(r)[2]} | {tokens} | {r['impl']} | {r['step_ms']:.1f} | "
+            f"{r['tokens_per_s']:,.0f} | {r['peak_gib']:.2f} | {speed} |"
         )
     out.append("")
     by_run: dict[tuple, list[dict]] = {}
@@ -142,7 +147,7 @@ def train_step_markdown(rows: list[dict]) -> str:
     for rs in by_run.values():
         out.append(_caption(rs[0], ", ".join(dict.fromkeys(r["op"] for r in rs))))
     out.append(
-        "Random weights, bf16, batch 4 × 2048 tokens per GPU, AdamW (foreach), activation checkpointing; attention: "
-        "SDPA, except tigon_attention's (Tigon's own)."
+        "Random weights, bf16, tokens per GPU as shown (packed: documents of mixed lengths in one row), activation "
+        "checkpointing; attention: SDPA, except tigon_attention's (Tigon's own)."
     )
     return "\n".join(out)

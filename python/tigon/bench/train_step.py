@@ -3,13 +3,16 @@ tigon.transformers.patch (tigon: attention kept on SDPA, patch's default; tigon_
 this GPU and build have it, so the two rows show what it adds), and (when importable) after Liger-Kernel's
 apply_liger_kernel_to_<family>.
 
-One step = forward with labels=input_ids, backward, AdamW (foreach) step, zero_grad; bf16 weights, SDPA attention
-(built with attn_implementation="sdpa"; the tigon_attention row switches it to "tigon"),
-activation checkpointing (non-reentrant), random weights and tokens (no download). step_ms is the mean over the timed
+One step = forward with labels=input_ids, backward, AdamW step (fused, what current trainers use; outside --quick also
+foreach, which holds a temporary per parameter), zero_grad; bf16 weights, SDPA attention (built with
+attn_implementation="sdpa"; the tigon_attention row switches it to "tigon"), activation checkpointing (non-reentrant),
+random weights and tokens (no download). Configurations: the three models at batch 4 x 2048, and the Llama-style one
+at 1 x 16384 tokens and as a padding-free packed batch (documents of mixed lengths in one row, position_ids restarting
+at each, the first label of each document ignored, as DataCollatorWithFlattening builds it). step_ms is the mean over the timed
 steps (host overhead included: what a training loop sees), after warm-up steps that allocate the optimizer state;
 peak_gib is torch.cuda.max_memory_allocated over warm-up and timed steps (weights, gradients and optimizer state
 included); peak_fwd_bwd_gib the same over the timed steps' forward and backward alone, before the optimizer step (whose
-own peak, weights + gradients + moments + foreach AdamW's temporary sqrt of every second moment, no model kernel
+own peak, weights + gradients + moments (+ foreach AdamW's temporary sqrt of every second moment), no model kernel
 changes); states_gib is weights + gradients + moments. GPU only: on a CPU the benchmark notes that it skips. Slow (each configuration builds a 1-2 B-parameter
 model three times), so it is not in the default op list: python -m tigon.bench --ops train_step [--quick].
 """
@@ -72,6 +75,15 @@ MODELS = {
         ),
     ),
 }
+# Run configurations: (model, batch, tokens per row, packed document lengths or None).
+CONFIGS = {
+    "llama": ("llama", BATCH, SEQ, None),
+    "gemma3_text": ("gemma3_text", BATCH, SEQ, None),
+    "qwen3": ("qwen3", BATCH, SEQ, None),
+    "llama_16k": ("llama", 1, 16384, None),
+    "llama_packed": ("llama", 1, BATCH * SEQ, (1024, 3072, 512, 2560, 1024)),
+}
+OPTIMIZERS = ("fused", "foreach")
 LIGER = {
     "llama": "apply_liger_kernel_to_llama",
     "gemma3_text": "apply_liger_kernel_to_gemma3_text",
@@ -79,11 +91,23 @@ LIGER = {
 }
 
 
-def _config(name: str):
+def _config(name: str, seq: int):
     import transformers
 
     cls, kwargs = MODELS[name]
-    return getattr(transformers, cls)(max_position_embeddings=SEQ, **kwargs)
+    return getattr(transformers, cls)(max_position_embeddings=seq, **kwargs)
+
+
+def _batch(model, batch: int, seq: int, docs, device) -> dict:
+    """input_ids and labels (and, packed, position_ids restarting at each document, whose first label is ignored)."""
+    gen = torch.Generator(device=device).manual_seed(1)
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen, device=device)
+    if docs is None:
+        return {"input_ids": ids, "labels": ids}
+    assert sum(docs) == seq, "packed documents must fill the row"
+    pos = torch.cat([torch.arange(n, device=device) for n in docs]).unsqueeze(0)
+    labels = ids.masked_fill(pos == 0, -100)
+    return {"input_ids": ids, "labels": labels, "position_ids": pos}
 
 
 def _enable_checkpointing(model) -> None:
@@ -138,30 +162,30 @@ IMPLS = {
 }  # this order: Liger's class-level patch stays in the process
 
 
-def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
+def _measure(config: str, optimizer: str, prepare, ctx, warmup: int, steps: int) -> dict:
     from transformers import AutoModelForCausalLM
 
+    name, batch, seq, docs = CONFIGS[config]
     finish = prepare(name)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(ctx.device)
     torch.manual_seed(0)
     with torch.device(ctx.device):
-        model = AutoModelForCausalLM.from_config(_config(name), dtype=ctx.dtype, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(_config(name, seq), dtype=ctx.dtype, attn_implementation="sdpa")
     _enable_checkpointing(model)
     model = finish(model.train())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
-    gen = torch.Generator(device=ctx.device).manual_seed(1)
-    ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=gen, device=ctx.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **{optimizer: True})
+    inputs = _batch(model, batch, seq, docs, ctx.device)
 
     peak_all = peak_model = 0
 
     def step():
         # The peak of the forward and backward alone as well (the model's activations and the loss, what the patch
-        # changes), apart from the optimizer step's: foreach AdamW holds weights, gradients, both moments and one
-        # temporary per parameter (its sqrt of the second moment) at once, whatever the model's kernels.
+        # changes), apart from the optimizer step's: AdamW holds weights, gradients and both moments (foreach also one
+        # temporary per parameter, its sqrt of the second moment) at once, whatever the model's kernels.
         nonlocal peak_all, peak_model
         torch.cuda.reset_peak_memory_stats(ctx.device)  # the previous step's peak is in peak_all already
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss = model(**inputs, use_cache=False).loss
         loss.backward()
         peak_model = max(peak_model, torch.cuda.max_memory_allocated(ctx.device))
         opt.step()
@@ -179,7 +203,7 @@ def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     out = {
         "step_ms": step_ms,
-        "tokens_per_s": BATCH * SEQ / (step_ms * 1e-3),
+        "tokens_per_s": batch * seq / (step_ms * 1e-3),
         "peak_gib": peak_all / 2**30,
         "peak_fwd_bwd_gib": peak_model / 2**30,
         # weights + gradients + two AdamW moments, in the weights' dtype: the floor of any step's peak
@@ -191,15 +215,19 @@ def _measure(name: str, prepare, ctx, warmup: int, steps: int) -> dict:
     return out
 
 
-def _record(ctx, name, impl, steps, **fields) -> dict:
+def _record(ctx, config, optimizer, impl, steps, **fields) -> dict:
     import transformers
 
+    name, batch, seq, docs = CONFIGS[config]
     return {
         "op": OP,
-        "model": name,
+        "model": config,
+        "family": name,
         "impl": impl,
-        "batch": BATCH,
-        "seq": SEQ,
+        "batch": batch,
+        "seq": seq,
+        "packed": list(docs) if docs else None,
+        "optimizer": optimizer,
         "dtype": str(ctx.dtype).replace("torch.", ""),
         "steps": steps,
         "step_ms": None,
@@ -220,16 +248,20 @@ def run(args, ctx) -> list[dict]:
         ctx.note(f"{OP}: skipped: transformers is not installed (pip install '.[hf]')")
         return []
     if args.shapes:
-        ctx.note(f"{OP}: --shapes does not apply (fixed model configurations: {', '.join(MODELS)})")
-    names = ["llama"] if args.quick else list(MODELS)
+        ctx.note(f"{OP}: --shapes does not apply (fixed model configurations: {', '.join(CONFIGS)})")
+    # quick: the Llama-style model with fused AdamW; else every configuration, and the first also with foreach AdamW
+    runs = [("llama", "fused")] if args.quick else [(c, "fused") for c in CONFIGS] + [("llama", "foreach")]
     warmup, steps = (2, 5) if args.quick else (3, 10)
     results = []
-    for name in names:
+    for config, optimizer in runs:
         for impl, make in IMPLS.items():
             if args.impls and impl not in args.impls:
                 continue
+            name = f"{config} ({optimizer} AdamW)"
             try:
-                rec = _record(ctx, name, impl, steps, **_measure(name, make, ctx, warmup, steps))
+                rec = _record(
+                    ctx, config, optimizer, impl, steps, **_measure(config, optimizer, make, ctx, warmup, steps)
+                )
                 progress(
                     f"{OP} {name} {impl}: {rec['step_ms']:.1f} ms/step, {rec['tokens_per_s']:.0f} tokens/s, "
                     f"peak {rec['peak_gib']:.2f} GiB (forward + backward {rec['peak_fwd_bwd_gib']:.2f}, states "
@@ -241,7 +273,7 @@ def run(args, ctx) -> list[dict]:
             except Exception as e:  # an OOM or a broken baseline must not lose the other rows
                 traceback.print_exc()
                 progress(f"{OP} {name} {impl}: FAILED {type(e).__name__}: {e}")
-                rec = _record(ctx, name, impl, steps, error=f"{type(e).__name__}: {str(e)[:200]}")
+                rec = _record(ctx, config, optimizer, impl, steps, error=f"{type(e).__name__}: {str(e)[:200]}")
             results.append(rec)
             gc.collect()
             torch.cuda.empty_cache()
@@ -259,13 +291,14 @@ def _print_op_table(rows: list[dict]) -> None:
     r0 = rows[0]
     gpus = f" | {r0['wrapper']} on {r0['world']} GPUs, batch per GPU" if "world" in r0 else ""
     print(
-        f"\n{r0['op']}: {r0['gpu']} | {r0['dtype']}{gpus} | batch {r0['batch']} x seq {r0['seq']} | AdamW foreach, "
-        f"activation checkpointing, SDPA | torch {r0['torch']} | transformers {r0['transformers']} | "
-        f"git {r0['git_sha']}"
+        f"\n{r0['op']}: {r0['gpu']} | {r0['dtype']}{gpus} | activation checkpointing, SDPA | torch {r0['torch']} | "
+        f"transformers {r0['transformers']} | git {r0['git_sha']}"
     )
     cols = [
-        ("model", 12),
-        ("impl", 10),
+        ("model", 14),
+        ("AdamW", 7),
+        ("tokens", 9),
+        ("impl", 15),
         ("step ms", 9),
         ("tokens/s", 9),
         ("peak GiB", 9),
@@ -274,13 +307,16 @@ def _print_op_table(rows: list[dict]) -> None:
         ("x hf", 6),
         ("loss first/last", 17),
     ]
-    print("  ".join(n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(cols)))
+    print("  ".join(n.ljust(w) if i < 4 else n.rjust(w) for i, (n, w) in enumerate(cols)))
+    same = lambda a, b: (a["model"], a.get("optimizer")) == (b["model"], b.get("optimizer"))  # noqa: E731
     for r in rows:
-        head = [r["model"].ljust(12), r["impl"].ljust(10)]
+        tokens = f"{r['batch']}x{r['seq']}" + ("p" if r.get("packed") else "")
+        optimizer = r.get("optimizer") or "foreach"  # rows before the option measured foreach
+        head = [r["model"].ljust(14), optimizer.ljust(7), tokens.ljust(9), r["impl"].ljust(15)]
         if r.get("error"):
             print("  ".join(head + [f"FAILED: {r['error']}"[:100]]))
             continue
-        hf = next((h for h in rows if h["model"] == r["model"] and h["impl"] == "hf" and not h.get("error")), None)
+        hf = next((h for h in rows if same(h, r) and h["impl"] == "hf" and not h.get("error")), None)
         speedup = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-"
         gib = lambda k: f"{r[k]:.2f}" if r.get(k) is not None else "-"  # noqa: E731
         cells = [
@@ -292,4 +328,4 @@ def _print_op_table(rows: list[dict]) -> None:
             speedup,
             f"{r['loss_first']:.3f}/{r['loss_last']:.3f}",
         ]
-        print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells, cols[2:])]))
+        print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells, cols[4:])]))

@@ -181,12 +181,12 @@ def _run(wrapper: str, args, ctx) -> list[dict]:
         for impl in IMPLS:
             if args.impls and impl not in args.impls:
                 continue
-            rec = train_step._record(ctx, name, impl, steps, world=world, wrapper=wrapper)
+            rec = train_step._record(ctx, name, "foreach", impl, steps, world=world, wrapper=wrapper)
             rec["op"] = op
             try:
                 rec.update(
                     measure(
-                        train_step._config(name),
+                        train_step._config(name, train_step.SEQ),
                         impl,
                         wrapper,
                         world,
