@@ -15,6 +15,12 @@
  * Backward: dx = rstd * (g - xhat * mean(g * xhat)), g = dy * (offset + w), xhat = x * rstd; dw = sum_rows dy * xhat.
  * dx may be dy itself (same data and strides) to save memory. dw is reduced deterministically: each block writes
  * fp32 partial sums to the workspace, then one pass adds them in a fixed order.
+ *
+ * Fused residual add (a pre-norm decoder layer's `h = residual + x; y = norm(h)`): tigon_add_rms_norm_fwd writes
+ * h = x + residual, rounded to x's dtype as the add in the activations' dtype is, and normalises h; residual and h
+ * are like x (same dtype and shape, own row strides), h may be x or residual itself. Its backward is RMSNorm's on h
+ * plus the gradient dh that reaches h from elsewhere (the next residual branch): dx = rmsnorm'(dy) + dh, the
+ * gradient of both x and residual, summed in fp32 and rounded once. dh (NULL: none) is like x; dx may be dy or dh.
  */
 #ifndef TIGON_RMS_NORM_H_
 #define TIGON_RMS_NORM_H_
@@ -46,6 +52,20 @@ TIGON_API tigon_status_t tigon_rms_norm_bwd(const tigon_tensor* dy, const tigon_
                                             const tigon_tensor* rstd, const tigon_tensor* dx, const tigon_tensor* dw,
                                             tigon_rms_norm_params params, void* workspace, size_t workspace_bytes,
                                             void* stream);
+
+/* h = x + residual, y = rmsnorm(h) * (offset + weight); writes rstd when rstd is not NULL. h may be x or residual. */
+TIGON_API tigon_status_t tigon_add_rms_norm_fwd(const tigon_tensor* x, const tigon_tensor* residual,
+                                                const tigon_tensor* weight, const tigon_tensor* y,
+                                                const tigon_tensor* h, const tigon_tensor* rstd,
+                                                tigon_rms_norm_params params, void* stream);
+
+/* dx = RMSNorm's input gradient on h + dh (dh NULL: none), the gradient of x and of residual; dw as RMSNorm's.
+ * Workspace: tigon_rms_norm_bwd_workspace_size(h, weight). dx may be dy or dh. */
+TIGON_API tigon_status_t tigon_add_rms_norm_bwd(const tigon_tensor* dy, const tigon_tensor* dh, const tigon_tensor* h,
+                                                const tigon_tensor* weight, const tigon_tensor* rstd,
+                                                const tigon_tensor* dx, const tigon_tensor* dw,
+                                                tigon_rms_norm_params params, void* workspace, size_t workspace_bytes,
+                                                void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -159,6 +159,21 @@ namespace detail {
 inline const tigon_tensor* opt(const TensorView* t) { return t ? t->get() : nullptr; }
 }  // namespace detail
 
+// RMSNorm with the residual add fused in front: h = x + residual, y = rmsnorm(h) (h may be x or residual).
+inline void add_rms_norm_fwd(const TensorView& x, const TensorView& residual, const TensorView* weight,
+                             const TensorView& y, const TensorView& h, const TensorView* rstd,
+                             RMSNormParams params = {}, void* stream = nullptr) {
+  check(tigon_add_rms_norm_fwd(x, residual, detail::opt(weight), y, h, detail::opt(rstd), params, stream));
+}
+
+// dx = RMSNorm's gradient on h + dh (dh optional), the gradient of x and residual; workspace as rms_norm_bwd's for h.
+inline void add_rms_norm_bwd(const TensorView& dy, const TensorView* dh, const TensorView& h, const TensorView* weight,
+                             const TensorView& rstd, const TensorView& dx, const TensorView* dw, RMSNormParams params,
+                             void* workspace, size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_add_rms_norm_bwd(dy, detail::opt(dh), h, detail::opt(weight), rstd, dx, detail::opt(dw), params,
+                               workspace, workspace_bytes, stream));
+}
+
 inline void layer_norm_fwd(const TensorView& x, const TensorView* weight, const TensorView* bias, const TensorView& y,
                            const TensorView* mean, const TensorView* rstd, float eps = 1e-5f, void* stream = nullptr) {
   check(tigon_layer_norm_fwd(x, detail::opt(weight), detail::opt(bias), y, detail::opt(mean), detail::opt(rstd),

@@ -10,6 +10,8 @@ namespace tigon::rms_norm {
 
 struct FwdProblem {
   RowMatrix x, y;
+  bool add = false;  // fused residual add: h = x + res, and the norm of h
+  RowMatrix res, h;
   const void* w = nullptr;  // nullptr: no weight
   DType w_dtype = DType::kFloat32;
   float* rstd = nullptr;  // nullptr: not saved
@@ -18,7 +20,9 @@ struct FwdProblem {
 };
 
 struct BwdProblem {
-  RowMatrix dy, x, dx;
+  RowMatrix dy, x, dx;  // x: the norm's input (h for the fused residual add)
+  bool add_dh = false;  // dx += dh
+  RowMatrix dh;
   const void* w = nullptr;
   DType w_dtype = DType::kFloat32;
   const float* rstd = nullptr;

@@ -31,7 +31,8 @@ using row_plan::Shape;
 constexpr int kFwdNv = 4;
 
 Plan fwd_plan(const FwdProblem& pr) {
-  const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w);
+  const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) &&
+                   (!pr.add || (rows_aligned(pr.res) && rows_aligned(pr.h)));
   const Shape s = cached_shape(pr.x.cols, pr.x.dtype, kFwdNv);
   if (vec && !row_plan::uncached_forced() && s.tpr <= kFwdMaxThreads)
     return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
@@ -64,7 +65,7 @@ int64_t bwd_max_partial_rows(const RowMatrix& x, int device) {
 Plan bwd_plan(const BwdProblem& pr, int device) {
   const int64_t max_rows = bwd_max_partial_rows(pr.x, device);
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.dy) && rows_aligned(pr.dx) &&
-                   param_aligned(pr.w);
+                   param_aligned(pr.w) && (!pr.add_dh || rows_aligned(pr.dh));
   const BwdShape b = bwd_shape(pr.x);
   Plan p = vec && b.s.tpr > 0 ? row_plan::cached_plan(b.s, b.nv, 1, pr.x.rows, max_rows / b.s.rpb)
                               : row_plan::uncached_plan(pr.x, vec, max_rows);
@@ -90,11 +91,15 @@ auto dispatch(const Args& a, const Plan& plan, DType w_dtype, DType io_dtype, cu
 
 template <class TX, class TW, class TY>
 struct Fwd {
-  static void run(const FwdArgs& a, const Plan& p, cudaStream_t s) { launch_fwd<TX, TW, TY>(a, p, s); }
+  static void run(const FwdArgs& a, const Plan& p, cudaStream_t s) {
+    a.res ? launch_fwd<TX, TW, TY, true>(a, p, s) : launch_fwd<TX, TW, TY, false>(a, p, s);
+  }
 };
 template <class TX, class TW, class TDY>
 struct Bwd {
-  static int64_t run(const BwdArgs& a, const Plan& p, cudaStream_t s) { return launch_bwd<TX, TW, TDY>(a, p, s); }
+  static int64_t run(const BwdArgs& a, const Plan& p, cudaStream_t s) {
+    return a.dh ? launch_bwd<TX, TW, TDY, true>(a, p, s) : launch_bwd<TX, TW, TDY, false>(a, p, s);
+  }
 };
 
 }  // namespace
@@ -102,6 +107,10 @@ struct Bwd {
 void fwd_cuda(const FwdProblem& pr, void* stream) {
   FwdArgs a{pr.x.data,       pr.w,   pr.y.data, pr.rstd, pr.x.rows, pr.x.cols, pr.x.row_stride,
             pr.y.row_stride, pr.eps, pr.offset, pr.mode};
+  if (pr.add) {
+    a.res = pr.res.data, a.h = pr.h.data;
+    a.res_stride = pr.res.row_stride, a.h_stride = pr.h.row_stride;
+  }
   const Plan plan = fwd_plan(pr);
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX,
                      dispatch<TX, Fwd>(a, plan, pr.w_dtype, pr.y.dtype, static_cast<cudaStream_t>(stream)));
@@ -123,6 +132,7 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t, void* stream_ptr) {
   BwdArgs a{pr.dy.data,       pr.x.data, pr.w,      pr.rstd,          pr.dx.data,
             partial,          pr.x.rows, pr.x.cols, pr.dy.row_stride, pr.x.row_stride,
             pr.dx.row_stride, pr.offset};
+  if (pr.add_dh) a.dh = pr.dh.data, a.dh_stride = pr.dh.row_stride;
   int64_t partial_rows = 0;
   TIGON_SWITCH_FLOAT(pr.x.dtype, TX, partial_rows = dispatch<TX, Bwd>(a, plan, pr.w_dtype, pr.dy.dtype, stream));
   if (!pr.dw) return;

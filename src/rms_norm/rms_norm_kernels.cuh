@@ -7,6 +7,8 @@
 //    unaligned data.
 // Backward dw: each block adds dy * xhat over the rows it visits into fp32 partials (one row of `partial` per block
 // row slot), and cuda::column_sum adds those in a fixed order: deterministic, no atomics.
+// kAdd (the fused residual add): the forward first writes h = x + res and normalises h; the backward adds dh to dx.
+// Without it the kernels compile to exactly the plain RMSNorm's.
 #pragma once
 
 #include "common/cuda_types.cuh"
@@ -23,6 +25,9 @@ struct FwdArgs {
   int64_t rows, cols, x_stride, y_stride;
   float eps, offset;
   int mode;
+  const void* res = nullptr;  // kAdd: the residual, and h = x + res written here
+  void* h = nullptr;
+  int64_t res_stride = 0, h_stride = 0;
 };
 
 struct BwdArgs {
@@ -34,6 +39,8 @@ struct BwdArgs {
   float* partial;  // [gridDim.x * blockDim.y, cols] fp32, nullptr: no dw
   int64_t rows, cols, dy_stride, x_stride, dx_stride;
   float offset;
+  const void* dh = nullptr;  // kAdd: added to dx
+  int64_t dh_stride = 0;
 };
 
 // The cached kernels hold NV 16-byte vectors of a row per thread: 4 forward; 2 backward, 4 for rows too long for 2
@@ -77,11 +84,23 @@ __device__ __forceinline__ void normalize(int mode, float r, const float (&x)[V]
   }
 }
 
+// The fused residual add for one 16-byte vector: v = round(v + res), stored to h (the add in the activations' dtype).
+template <class TX, int V>
+__device__ __forceinline__ void add_residual(cuda::Packed<TX, V>& v, const TX* res, TX* h) {
+  static_assert(cuda::Packed<TX, V>::kWords == 1);
+  float r[V], sum[V];
+  load_vec<TX, V>(res, r);
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum[j] = v[j] + r[j];
+  v.u[0] = cuda::pack16<TX>(sum);
+  __stcg(reinterpret_cast<uint4*>(h), v.u[0]);
+}
+
 __device__ __forceinline__ float rstd_of(float sum_sq, int64_t cols, float eps) {
   return 1.f / sqrtf(sum_sq / float(cols) + eps);
 }
 
-template <class TX, class TW, class TY, int NV>
+template <class TX, class TW, class TY, int NV, bool kAdd>
 __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ float red[32];
@@ -94,10 +113,14 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (live && c < a.cols)
+      if (live && c < a.cols) {
         v[i].load(x + c);
-      else
+        if constexpr (kAdd)
+          add_residual<TX, V>(v[i], static_cast<const TX*>(a.res) + row * a.res_stride + c,
+                              static_cast<TX*>(a.h) + row * a.h_stride + c);
+      } else {
         v[i].zero();
+      }
     }
     float ss = 0.f;
 #pragma unroll
@@ -124,7 +147,7 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
   }
 }
 
-template <class TX, class TW, class TY, int V>
+template <class TX, class TW, class TY, int V, bool kAdd>
 __global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
   __shared__ float red[32];
   const int64_t step = int64_t(blockDim.x) * V;
@@ -135,9 +158,17 @@ __global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += step) {
       float v[V];
       load_vec<TX, V>(x + c, v);
+      if constexpr (kAdd) {  // h = x + res, rounded; the second sweep reads h back (this thread wrote these columns)
+        float r[V];
+        load_vec<TX, V>(static_cast<const TX*>(a.res) + row * a.res_stride + c, r);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = round_to<TX>(v[j] + r[j]);
+        store_vec<TX, V>(static_cast<TX*>(a.h) + row * a.h_stride + c, v);
+      }
 #pragma unroll
       for (int j = 0; j < V; ++j) ss += v[j] * v[j];
     }
+    if constexpr (kAdd) x = static_cast<const TX*>(a.h) + row * a.h_stride;
     ss = cuda::row_sum(ss, red);
     const float r = rstd_of(ss, a.cols, a.eps);
     if (threadIdx.x == 0 && a.rstd) a.rstd[row] = r;
@@ -153,7 +184,16 @@ __global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
   }
 }
 
-template <class TX, class TW, class TDY, int NV>
+// The fused residual add's backward: the gradient reaching h from elsewhere joins dx.
+template <class TX, int V>
+__device__ __forceinline__ void add_grad(const BwdArgs& a, int64_t row, int64_t c, float (&out)[V]) {
+  float g[V];
+  load_vec<TX, V>(static_cast<const TX*>(a.dh) + row * a.dh_stride + c, g);
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] += g[j];
+}
+
+template <class TX, class TW, class TDY, int NV, bool kAdd>
 __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ float red[32];
@@ -211,6 +251,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
         load_scale<TW, V>(a.w, c, a.offset, s);
 #pragma unroll
         for (int j = 0; j < V; ++j) out[j] = r * (dv[i][j] * s[j] - xv[i][j] * r * mean);
+        if constexpr (kAdd) add_grad<TX, V>(a, row, c, out);
         store_vec<TX, V>(dx + c, out);
       }
     }
@@ -226,7 +267,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
 
 // One row per block iteration; the block's partial row is read-modified-written by the thread owning each column.
 // The grid never exceeds the row count, so every block writes its whole partial row.
-template <class TX, class TW, class TDY, int V>
+template <class TX, class TW, class TDY, int V, bool kAdd>
 __global__ void __launch_bounds__(1024) bwd_uncached(BwdArgs a) {
   __shared__ float red[32];
   const int64_t step = int64_t(blockDim.x) * V;
@@ -260,6 +301,7 @@ __global__ void __launch_bounds__(1024) bwd_uncached(BwdArgs a) {
         out[j] = r * (d[j] * s[j] - xh * mean);
         pacc[j] += d[j] * xh;
       }
+      if constexpr (kAdd) add_grad<TX, V>(a, row, c, out);
       store_vec<TX, V>(dx + c, out);
       if (part) store_vec<float, V>(part + c, pacc);
     }

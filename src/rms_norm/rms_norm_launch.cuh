@@ -13,25 +13,26 @@ namespace tigon::rms_norm {
 using cuda::resident_blocks;
 using Plan = row_plan::Plan;
 
-template <class TX, class TW, class TY>
+// kAdd: the fused residual add (rms_norm_kernels.cuh).
+template <class TX, class TW, class TY, bool kAdd>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached)
-    kern::fwd_cached<TX, TW, TY, 4><<<p.grid, p.block, 0, stream>>>(a);
+    kern::fwd_cached<TX, TW, TY, 4, kAdd><<<p.grid, p.block, 0, stream>>>(a);
   else if (p.vec)
-    kern::fwd_uncached<TX, TW, TY, V><<<p.grid, p.block, 0, stream>>>(a);
+    kern::fwd_uncached<TX, TW, TY, V, kAdd><<<p.grid, p.block, 0, stream>>>(a);
   else
-    kern::fwd_uncached<TX, TW, TY, 1><<<p.grid, p.block, 0, stream>>>(a);
+    kern::fwd_uncached<TX, TW, TY, 1, kAdd><<<p.grid, p.block, 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
 // Returns the number of dw partial rows written (blocks launched x rows per block).
-template <class TX, class TW, class TDY>
+template <class TX, class TW, class TDY, bool kAdd>
 int64_t launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   if (p.cached) {
     // As many blocks as stay resident: each walks many rows, so its dw partial sums stay in registers.
-    auto kernel = p.nv == 2 ? kern::bwd_cached<TX, TW, TDY, 2> : kern::bwd_cached<TX, TW, TDY, 4>;
+    auto kernel = p.nv == 2 ? kern::bwd_cached<TX, TW, TDY, 2, kAdd> : kern::bwd_cached<TX, TW, TDY, 4, kAdd>;
     const int per_sm = resident_blocks(kernel, p.block.x * p.block.y);
     const unsigned grid = std::min<unsigned>(p.grid, unsigned(per_sm * p.sms));
     kernel<<<grid, p.block, 0, stream>>>(a);
@@ -39,9 +40,9 @@ int64_t launch_bwd(const BwdArgs& a, const Plan& p, cudaStream_t stream) {
     return int64_t(grid) * p.block.y;
   }
   if (p.vec)
-    kern::bwd_uncached<TX, TW, TDY, V><<<p.grid, p.block, 0, stream>>>(a);
+    kern::bwd_uncached<TX, TW, TDY, V, kAdd><<<p.grid, p.block, 0, stream>>>(a);
   else
-    kern::bwd_uncached<TX, TW, TDY, 1><<<p.grid, p.block, 0, stream>>>(a);
+    kern::bwd_uncached<TX, TW, TDY, 1, kAdd><<<p.grid, p.block, 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
   return p.grid;
 }

@@ -31,6 +31,15 @@ std::vector<double> scale_vector(const void* w, DType w_dtype, int64_t cols, flo
 }  // namespace
 
 void fwd_cpu(const FwdProblem& p) {
+  if (p.add) {  // h = x + residual, rounded to the dtype by put(); then the norm of h
+    for (int64_t r = 0; r < p.x.rows; ++r)
+      for (int64_t c = 0; c < p.x.cols; ++c) put(p.h, r, c, elem(p.x, r, c) + elem(p.res, r, c));
+    FwdProblem norm = p;
+    norm.add = false;
+    norm.x = p.h;
+    fwd_cpu(norm);
+    return;
+  }
   const DType tx = p.x.dtype;
   const std::vector<double> scale = scale_vector(p.w, p.w_dtype, p.x.cols, p.offset);
   for (int64_t r = 0; r < p.x.rows; ++r) {
@@ -72,8 +81,9 @@ void bwd_cpu(const BwdProblem& p) {
       if (p.dw) dw[c] += dy * xhat[c];
     }
     const double mean = dot / double(cols);
-    // Written after all reads of the row: dx may be dy itself.
-    for (int64_t c = 0; c < cols; ++c) put(p.dx, r, c, rstd * (g[c] - xhat[c] * mean));
+    // Written after all reads of the row's dy and x: dx may be dy (or dh, read just before) itself.
+    for (int64_t c = 0; c < cols; ++c)
+      put(p.dx, r, c, rstd * (g[c] - xhat[c] * mean) + (p.add_dh ? elem(p.dh, r, c) : 0.0));
   }
   if (p.dw)
     for (int64_t c = 0; c < cols; ++c) store_elem(p.dw, p.dw_dtype, c, dw[c]);

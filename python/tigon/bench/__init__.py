@@ -11,6 +11,7 @@ import importlib
 # op -> (module, function); imported on first use of BENCHMARKS, so `python -m tigon.bench.report` runs without them
 _RUNNERS = {
     "rms_norm": ("rms_norm", "run"),
+    "add_rms_norm": ("add_rms_norm", "run"),
     "layer_norm": ("layer_norm", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),

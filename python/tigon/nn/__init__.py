@@ -3,13 +3,14 @@
 from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
-from tigon.nn.rms_norm import GemmaRMSNorm, RMSNorm
+from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 
 __all__ = [
     "CrossEntropyLoss",
     "FalconH1MLP",
+    "FusedAddRMSNorm",
     "FusedLinearCrossEntropyLoss",
     "GemmaMLP",
     "GemmaRMSNorm",

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from tigon.ops._common import rows_ok
-from tigon.ops.rms_norm import rms_norm
+from tigon.ops.rms_norm import add_rms_norm, rms_norm
 
 
 class RMSNorm(nn.Module):
@@ -64,3 +64,12 @@ class GemmaRMSNorm(RMSNorm):
     @property
     def eps(self) -> float:
         return self.variance_epsilon
+
+
+class FusedAddRMSNorm(RMSNorm):
+    """RMSNorm with the residual add in front, for a pre-norm decoder layer: ``forward(x, residual)`` returns
+    ``(norm(residual + x), residual + x)`` in one pass (Liger's LigerFusedAddRMSNorm call). Same parameters and
+    options as RMSNorm, so it loads the state dict of the norm it replaces."""
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return add_rms_norm(hidden_states, residual, self.weight, self.variance_epsilon, self.offset, self.casting_mode)

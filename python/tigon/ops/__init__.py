@@ -4,11 +4,12 @@ from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.layer_norm import layer_norm
-from tigon.ops.rms_norm import rms_norm
+from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
 __all__ = [
+    "add_rms_norm",
     "cross_entropy",
     "flash_attention",
     "fused_linear_cross_entropy",

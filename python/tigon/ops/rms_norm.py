@@ -1,4 +1,5 @@
-"""RMSNorm as torch ops: tigon::rms_norm_fwd / rms_norm_bwd / rms_norm_bwd_ (dx written over dy).
+"""RMSNorm as torch ops: tigon::rms_norm_fwd / rms_norm_bwd / rms_norm_bwd_ (dx written over dy), and with the
+residual add fused in front: tigon::add_rms_norm_fwd / add_rms_norm_bwd.
 
 The ops are registered with torch.library (with fake implementations, so torch.compile(fullgraph=True) traces them);
 autograd lives outside them in an autograd.Function. In eager mode the Function calls the ctypes launchers directly,
@@ -14,7 +15,7 @@ import torch
 from tigon import _lib
 from tigon.ops._common import compiling, in_place_bwd
 
-__all__ = ["rms_norm", "CASTING_MODES"]
+__all__ = ["rms_norm", "add_rms_norm", "CASTING_MODES"]
 
 CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
 
@@ -28,6 +29,11 @@ _fwd = _lib.declare("tigon_rms_norm_fwd", [_T, _T, _T, _T, RMSNormParams, ctypes
 _bwd_workspace_size = _lib.declare("tigon_rms_norm_bwd_workspace_size", [_T, _T, ctypes.POINTER(ctypes.c_size_t)])
 _bwd = _lib.declare(
     "tigon_rms_norm_bwd", [_T, _T, _T, _T, _T, _T, RMSNormParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+)
+_add_fwd = _lib.declare("tigon_add_rms_norm_fwd", [_T, _T, _T, _T, _T, _T, RMSNormParams, ctypes.c_void_p])
+_add_bwd = _lib.declare(
+    "tigon_add_rms_norm_bwd",
+    [_T, _T, _T, _T, _T, _T, _T, RMSNormParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
 )
 
 
@@ -131,6 +137,49 @@ def _bwd_inplace_impl(dy, x, weight, rstd, offset: float, mode: int, need_dw: bo
     return dw
 
 
+def _add_fwd_impl(x, residual, weight, eps: float, offset: float, mode: int):
+    y = torch.empty_like(
+        x, dtype=_out_dtype(x.dtype, None if weight is None else weight.dtype, mode), memory_format=_CONTIGUOUS
+    )
+    h = torch.empty_like(x, memory_format=_CONTIGUOUS)
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    _lib.check(
+        _add_fwd(
+            _lib.tensor_arg(x),
+            _lib.tensor_arg(residual),
+            _lib.tensor_arg(weight),
+            _lib.tensor_arg(y),
+            _lib.tensor_arg(h),
+            _lib.tensor_arg(rstd),
+            RMSNormParams(eps, offset, mode),
+            _lib.stream_of(x),
+        )
+    )
+    return y, h, rstd
+
+
+def _add_bwd_impl(dy, dh, h, weight, rstd, offset: float, mode: int, need_dw: bool):
+    dx = torch.empty_like(h, memory_format=_CONTIGUOUS)
+    dw = _empty_dw(h, weight, need_dw)
+    ws, nbytes = _workspace(h, weight if need_dw else None)
+    _lib.check(
+        _add_bwd(
+            _lib.tensor_arg(dy),
+            _lib.tensor_arg(dh),
+            _lib.tensor_arg(h),
+            _lib.tensor_arg(weight),
+            _lib.tensor_arg(rstd),
+            _lib.tensor_arg(dx),
+            _lib.tensor_arg(dw if dw.numel() else None),
+            RMSNormParams(0.0, offset, mode),
+            None if ws is None else ws.data_ptr(),
+            nbytes,
+            _lib.stream_of(h),
+        )
+    )
+    return dx, dw
+
+
 # ---- torch.library registration ----------------------------------------------------------------------------------
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
@@ -143,10 +192,20 @@ _LIB.define(
     "rms_norm_bwd_(Tensor(a!) dy, Tensor x, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
     "bool need_dw) -> Tensor"
 )
+_LIB.define(
+    "add_rms_norm_fwd(Tensor x, Tensor residual, Tensor? weight, float eps, float offset, int casting_mode) "
+    "-> (Tensor, Tensor, Tensor)"
+)
+_LIB.define(
+    "add_rms_norm_bwd(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor rstd, float offset, int casting_mode, "
+    "bool need_dw) -> (Tensor, Tensor)"
+)
 for _key in ("CPU", "CUDA"):
     _LIB.impl("rms_norm_fwd", _fwd_impl, _key)
     _LIB.impl("rms_norm_bwd", _bwd_impl, _key)
     _LIB.impl("rms_norm_bwd_", _bwd_inplace_impl, _key)
+    _LIB.impl("add_rms_norm_fwd", _add_fwd_impl, _key)
+    _LIB.impl("add_rms_norm_bwd", _add_bwd_impl, _key)
 
 
 @torch.library.register_fake("tigon::rms_norm_fwd")
@@ -163,6 +222,17 @@ def _bwd_fake(dy, x, weight, rstd, offset, casting_mode, need_dw):
 @torch.library.register_fake("tigon::rms_norm_bwd_")
 def _bwd_inplace_fake(dy, x, weight, rstd, offset, casting_mode, need_dw):
     return _empty_dw(x, weight, need_dw)
+
+
+@torch.library.register_fake("tigon::add_rms_norm_fwd")
+def _add_fwd_fake(x, residual, weight, eps, offset, casting_mode):
+    y, rstd = _fwd_fake(x, weight, eps, offset, casting_mode)
+    return y, torch.empty_like(x, memory_format=torch.contiguous_format), rstd
+
+
+@torch.library.register_fake("tigon::add_rms_norm_bwd")
+def _add_bwd_fake(dy, dh, h, weight, rstd, offset, casting_mode, need_dw):
+    return _bwd_fake(dy, h, weight, rstd, offset, casting_mode, need_dw)
 
 
 # ---- autograd -------------------------------------------------------------------------------------------------------
@@ -193,6 +263,35 @@ class _RMSNorm(torch.autograd.Function):
         else:
             dx, dw = _bwd_impl(dy, x, weight, rstd, ctx.offset, ctx.mode, need_dw)
         return dx, (dw if need_dw else None), None, None, None, None
+
+
+class _AddRMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps, offset, mode):
+        if compiling():
+            y, h, rstd = torch.ops.tigon.add_rms_norm_fwd(x, residual, weight, eps, offset, mode)
+        else:
+            y, h, rstd = _add_fwd_impl(x, residual, weight, eps, offset, mode)
+        ctx.save_for_backward(h, weight, rstd)
+        ctx.offset, ctx.mode = offset, mode
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None: no zeros to read
+        return y, h
+
+    @staticmethod
+    def backward(ctx, dy, dh):
+        h, weight, rstd = ctx.saved_tensors
+        need_dw = weight is not None and ctx.needs_input_grad[2]
+        if dy is None:  # only h was used: its gradient passes to x and residual, the weight gets none
+            dx = torch.zeros_like(h) if dh is None else dh.to(h.dtype)
+            return dx, dx, (torch.zeros_like(weight) if need_dw else None), None, None, None
+        dy = dy.contiguous()
+        dh = None if dh is None else dh.contiguous()
+        if compiling():
+            dx, dw = torch.ops.tigon.add_rms_norm_bwd(dy, dh, h, weight, rstd, ctx.offset, ctx.mode, need_dw)
+        else:
+            dx, dw = _add_bwd_impl(dy, dh, h, weight, rstd, ctx.offset, ctx.mode, need_dw)
+        # x and residual get the same gradient (one tensor: autograd copies it before anyone writes over it)
+        return dx, dx, (dw if need_dw else None), None, None, None
 
 
 try:
@@ -261,3 +360,23 @@ def rms_norm(
         return _rms_norm_dtensor(x, weight, eps, offset, casting_mode, in_place)
     mode = _check_args(x, weight, casting_mode)
     return _RMSNorm.apply(x, weight, float(eps), float(offset), mode, bool(in_place))
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A pre-norm decoder layer's ``h = residual + x; y = rms_norm(h)`` in one pass: returns ``(y, h)``.
+
+    h is rounded to x's dtype as the add in the activations' dtype is, and y is :func:`rms_norm` of h (same options).
+    The backward sums the norm's input gradient and h's own gradient in fp32 and rounds once; x and residual receive
+    that gradient. x and residual have one shape and dtype; any row strides. CPU and CUDA tensors.
+    """
+    mode = _check_args(x, weight, casting_mode)
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"add_rms_norm: argument 'residual' must be a torch.Tensor, got {type(residual).__name__}")
+    return _AddRMSNorm.apply(x, residual, weight, float(eps), float(offset), mode)
