@@ -3,6 +3,7 @@
 from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
+from tigon.ops.gemv import gemv
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.rms_norm import rms_norm
 from tigon.ops.rope import rope
@@ -12,6 +13,7 @@ __all__ = [
     "cross_entropy",
     "flash_attention",
     "fused_linear_cross_entropy",
+    "gemv",
     "geglu",
     "geglu_fused",
     "layer_norm",
