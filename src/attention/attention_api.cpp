@@ -180,11 +180,6 @@ Shape build_shape(View* q, View* k, View* v, const tigon_tensor* q_in, const tig
   return s;
 }
 
-[[maybe_unused]] void check_workspace(void* workspace, size_t bytes, size_t need, const char* size_fn) {
-  if (bytes < need || (need > 0 && workspace == nullptr))
-    fail_arg("workspace", "needs ", need, " bytes (", size_fn, "), got ", bytes, workspace ? "" : " at NULL");
-}
-
 // Checks what a workspace size depends on, then reports it (0 on the CPU).
 void workspace_size(const tigon_tensor* q, const tigon_tensor* k, const tigon_tensor* v, const tigon_tensor* cu_q,
                     const tigon_tensor* cu_k, const tigon_attention_params& params, size_t* bytes,

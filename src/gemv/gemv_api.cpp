@@ -68,10 +68,9 @@ tigon_status_t tigon_gemv(const tigon_tensor* x, const tigon_tensor* weight, con
     if (p.x.rows == 0 || p.w.rows == 0) return;
     if (is_cuda(*x)) {
       TIGON_ON_CUDA(*x, {
-        const size_t need = cuda_workspace_bytes(p.x.rows, p.w.rows, p.x.cols, p.x.dtype, x->device.device_id);
-        if (workspace_bytes < need || (need > 0 && workspace == nullptr))
-          fail_arg("workspace", "needs ", need, " bytes (tigon_gemv_workspace_size), got ", workspace_bytes,
-                   workspace ? "" : " at NULL");
+        check_workspace(workspace, workspace_bytes,
+                        cuda_workspace_bytes(p.x.rows, p.w.rows, p.x.cols, p.x.dtype, x->device.device_id),
+                        "tigon_gemv_workspace_size");
         run_cuda(p, workspace, workspace_bytes, stream);
       });
     } else {

@@ -42,15 +42,6 @@ struct Args {
   int64_t m0;       // first row of x of this launch
 };
 
-// 16 bytes of a stream read once: read-only path, not kept in L1 (x, which is reused, keeps it).
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // V consecutive elements kept in their storage format: one 16-byte vector (V = 16 / sizeof(T)) or one element.
 template <class T, int V>
 using Raw = std::conditional_t<V == 1, T, uint4>;
@@ -69,7 +60,7 @@ __device__ __forceinline__ Raw<T, V> load_w(const T* p) {
   if constexpr (V == 1) {
     return __ldg(p);
   } else {
-    return load_stream(p);
+    return cuda::load_stream16(p);
   }
 }
 
