@@ -2,6 +2,7 @@
 
 from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
+from tigon.ops.decode_attention import decode_attention
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.gemv import gemv
 from tigon.ops.layer_norm import layer_norm
@@ -11,6 +12,7 @@ from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
 __all__ = [
     "cross_entropy",
+    "decode_attention",
     "flash_attention",
     "fused_linear_cross_entropy",
     "gemv",
