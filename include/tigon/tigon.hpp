@@ -13,6 +13,7 @@
 #include "tigon/cross_entropy.h"
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
+#include "tigon/gemv.h"
 #include "tigon/layer_norm.h"
 #include "tigon/rms_norm.h"
 #include "tigon/rope.h"
@@ -268,6 +269,17 @@ inline void fused_linear_cross_entropy_fwd(const TensorView& x, const TensorView
 inline void fused_linear_cross_entropy_bwd(const TensorView* dx, const TensorView* dw, const TensorView* db,
                                            const TensorView& grad_output, void* stream = nullptr) {
   check(tigon_fused_linear_cross_entropy_bwd(detail::opt(dx), detail::opt(dw), detail::opt(db), grad_output, stream));
+}
+
+inline size_t gemv_workspace_size(const TensorView& x, const TensorView& weight) {
+  size_t bytes = 0;
+  check(tigon_gemv_workspace_size(x, weight, &bytes));
+  return bytes;
+}
+
+inline void gemv(const TensorView& x, const TensorView& weight, const TensorView* bias, const TensorView& y,
+                 void* workspace = nullptr, size_t workspace_bytes = 0, void* stream = nullptr) {
+  check(tigon_gemv(x, weight, detail::opt(bias), y, workspace, workspace_bytes, stream));
 }
 
 }  // namespace tigon

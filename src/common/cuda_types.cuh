@@ -145,6 +145,16 @@ struct Packed {
   __device__ __forceinline__ float operator[](int j) const { return to_f<T>(reinterpret_cast<const T*>(u)[j]); }
 };
 
+// 16 bytes read once (a weight streamed by gemv, a KV cache): the read-only path, not kept in L1, so data that is
+// reused (the rows of x, the queries) keeps it.
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // The SFU's approximate 2^x and 1/x (one MUFU instruction each, within 2 ulp of fp32; denormals flushed). For math

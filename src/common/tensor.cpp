@@ -122,4 +122,9 @@ void check_dtype_in(DType got, const char* arg, std::initializer_list<DType> all
   fail_dtype(arg, dtype_name(got), " is not supported here (expected one of: ", list, ")");
 }
 
+void check_workspace(const void* workspace, size_t bytes, size_t need, const char* size_fn) {
+  if (bytes < need || (need > 0 && workspace == nullptr))
+    fail_arg("workspace", "needs ", need, " bytes (", size_fn, "), got ", bytes, workspace ? "" : " at NULL");
+}
+
 }  // namespace tigon

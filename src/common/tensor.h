@@ -2,6 +2,7 @@
 // one row stride, which is what a [..., cols] tensor with uniform leading strides is.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -50,5 +51,8 @@ void* as_vector(const tigon_tensor& t, const char* arg, int64_t n);
 
 void check_same_device(const tigon_tensor& a, const char* arg_a, const tigon_tensor& b, const char* arg_b);
 void check_dtype_in(DType got, const char* arg, std::initializer_list<DType> allowed);
+
+// A workspace of at least `need` bytes (non-NULL when need > 0); the error names size_fn, which reports the size.
+void check_workspace(const void* workspace, size_t bytes, size_t need, const char* size_fn);
 
 }  // namespace tigon

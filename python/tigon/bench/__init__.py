@@ -18,6 +18,8 @@ _RUNNERS = {
     "cross_entropy": ("cross_entropy", "run"),
     "fused_linear_cross_entropy": ("fused_linear_cross_entropy", "run"),
     "attention": ("attention", "run"),
+    "gemv": ("gemv", "run"),
+    "decode_attention": ("decode_attention", "run"),
     "post_training": ("post_training", "run"),
     "train_step": ("train_step", "run"),
     "train_step_fsdp2": ("train_step_distributed", "run_fsdp2"),

@@ -10,7 +10,16 @@ import torch
 from tigon.bench.report import Skip
 from tigon.bench.timing import graph_time_ms, input_copy, peak_extra_mib, rotated_copies, stream_time_ms, time_ms
 
-__all__ = ["bench_shapes", "liger", "make_impls", "time_fwd_bwd", "stream_fwd_full", "run_checks", "time_checked"]
+__all__ = [
+    "bench_shapes",
+    "liger",
+    "make_impls",
+    "time_fwd_bwd",
+    "time_fwd",
+    "stream_fwd_full",
+    "run_checks",
+    "time_checked",
+]
 
 
 def liger(module: str, name: str, ctx):
@@ -107,6 +116,28 @@ def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> d
     return out
 
 
+def time_fwd(label: str, fn, inputs: tuple, ctx) -> dict:
+    """Times an inference op (no backward), fn(*inputs) under no_grad: eager calls, one call replayed from a CUDA
+    graph, the steady-state device time on input copies rotated past L2 (every call reads its inputs from memory, as
+    a decoding step that streams a model's weights does), and the peak extra memory of one call."""
+    device = ctx.device
+    with torch.no_grad():
+        out = {"fwd_ms": time_ms(lambda: fn(*inputs), device, ctx.reps, ctx.warmup)}
+        out["peak_mib"] = peak_extra_mib(lambda: fn(*inputs), device)
+        if device.type != "cuda":
+            return out
+        try:
+            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(*inputs), device, ctx.reps, ctx.warmup)
+            sets = rotated_copies(tuple(inputs), device)
+            out["fwd_dev_ms"] = stream_time_ms(fn, sets, device, out["fwd_ms"], ctx.stream_reps)
+            del sets
+        except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+            ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+    return out
+
+
 def stream_fwd_full(
     fn, inputs: tuple, grad_of: tuple, grads, fwd_est: float, full_est: float, ctx, overwrites: bool = False
 ) -> dict:
@@ -159,7 +190,8 @@ def time_checked(op: str, label: str, shape, fns: dict, checks: dict, time, nbyt
             progress(f"{where}: max err " + ", ".join(f"{k[4:]} {v:.1e}" for k, v in checks[name].items()))
             times = time(fn)
             res = make_result(ctx, op, name, shape, nbytes, **times, **checks[name])
-            progress(f"{where}: fwd {times['fwd_ms']:.4f} ms, full {times['full_ms']:.4f} ms")
+            full = times.get("full_ms")  # None for inference ops (no backward)
+            progress(f"{where}: fwd {times['fwd_ms']:.4f} ms" + ("" if full is None else f", full {full:.4f} ms"))
         except Exception as e:
             progress(f"{where}: FAILED {type(e).__name__}: {e}")
             res = make_result(ctx, op, name, shape, nbytes, error=f"{type(e).__name__}: {e}")

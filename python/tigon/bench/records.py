@@ -61,12 +61,14 @@ def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
 
 
 def _ms(r: dict | None) -> tuple[float | None, bool]:
-    """Steady-state device ms of a full pass, else the eager call's (flagged: not graph-capturable)."""
+    """Steady-state device ms of a full pass, else the eager call's (flagged: not graph-capturable); inference ops
+    (no backward, full_ms None) are compared by their forward the same way."""
     if r is None:
         return None, False
-    if r.get("full_dev_ms") is not None:
-        return r["full_dev_ms"], False
-    return r.get("full_ms"), True
+    phase = "full" if r.get("full_ms") is not None or r.get("full_dev_ms") is not None else "fwd"
+    if r.get(f"{phase}_dev_ms") is not None:
+        return r[f"{phase}_dev_ms"], False
+    return r.get(f"{phase}_ms"), True
 
 
 def _ratio(base: dict | None, tigon: dict) -> str:
@@ -74,7 +76,7 @@ def _ratio(base: dict | None, tigon: dict) -> str:
     if b is None or t is None:
         return "-"
     if b_eager and not t_eager:  # an eager-only baseline is compared with tigon's eager call
-        t = tigon["full_ms"]
+        t = tigon["full_ms"] if tigon.get("full_ms") is not None else tigon["fwd_ms"]
     return f"{b / t:.2f}×" + ("*" if b_eager else "")
 
 
@@ -101,7 +103,8 @@ def ops_markdown(rows: list[dict], brief: bool = False) -> str:
         if impl != "tigon":
             continue
         fwd = t.get("fwd_dev_ms") or t.get("fwd_ms")
-        cells = [op, "×".join(map(str, shape)), f"{fwd:.4f} / {_ms(t)[0]:.4f}"]
+        full = t.get("full_dev_ms") or t.get("full_ms")  # None for inference ops (no backward)
+        cells = [op, "×".join(map(str, shape)), f"{fwd:.4f} / " + ("-" if full is None else f"{full:.4f}")]
         cells += [_ratio(by.get((op, shape, b)), t) for b in IMPLS[1:]]
         cells.append(f"{t['peak_mib']:.0f}" if t.get("peak_mib") is not None else "-")
         out.append("| " + " | ".join(cells) + " |")
@@ -110,12 +113,13 @@ def ops_markdown(rows: list[dict], brief: bool = False) -> str:
         if any(r.get("full_dev_ms") is not None for r in run)
         else "eager ms per call (no GPU: no device time)"
     )
+    inference = any(r.get("full_ms") is None and r.get("full_dev_ms") is None for r in run)
     out += [
         "",
         textwrap.fill(
             f"{_caption(run[0], 'Measured')} Times are {timed}; full = forward + backward. vs X = "
             "X's full time / tigon's (above 1: tigon is faster). \\* not graph-capturable: eager "
-            "calls compared.",
+            "calls compared." + (" Inference ops (full -) are compared by their forward." if inference else ""),
             width=118,
             break_on_hyphens=False,
         ),

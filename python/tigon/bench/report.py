@@ -202,7 +202,8 @@ def _row(r: dict, eager_full: float | None) -> dict:
     head = {"op": r["op"], "shape": "x".join(map(str, r["shape"])), "impl": r["impl"]}
     if r.get("error"):
         return {**head, "error": f"FAILED: {r['error']}"[:120]}
-    speedup = eager_full / r["full_ms"] if eager_full and r["full_ms"] else None
+    mine = r["full_ms"] if r["full_ms"] is not None else r["fwd_ms"]  # inference ops: the forward
+    speedup = eager_full / mine if eager_full and mine else None
     errs = "/".join(_f(r.get(k), ".1e") for k in ("err_y", "err_dx", "err_dw"))
     return {
         **head,
@@ -254,7 +255,7 @@ def print_table(results: list[dict], ctx: Context) -> None:
             else "timed with perf_counter; "
         )
         + "GB/s from each op's byte model (the bytes that must move, in python/tigon/bench/<op>.py); "
-        "x eager = torch_eager full ms / full ms; max err of the output and gradients vs torch_eager in float32"
+        "x eager = torch_eager full ms / full ms (forward for inference ops); max err of the output and gradients vs torch_eager in float32"
     )
     names = [n for n, cuda_only in _COLS if gpu or not cuda_only]
     rows, prev = [], None
@@ -265,7 +266,7 @@ def print_table(results: list[dict], ctx: Context) -> None:
         prev = key
         eager = next(
             (
-                e["full_ms"]
+                e["full_ms"] if e["full_ms"] is not None else e["fwd_ms"]
                 for e in results
                 if (e["op"], tuple(e["shape"])) == key and e["impl"] == "torch_eager" and not e.get("error")
             ),

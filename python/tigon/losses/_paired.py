@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from tigon.losses.log_probs import logits_sum, selective_log_probs, sequence_log_probs
+from tigon.ops._common import check_tensor
 
 __all__ = [
     "PolicyPass",
@@ -27,14 +28,6 @@ __all__ = [
     "logits_means",
     "paired_outputs",
 ]
-
-
-def check_tensor(op: str, name: str, t, optional: bool = False) -> None:
-    if t is None and optional:
-        return
-    if not isinstance(t, torch.Tensor):
-        kind = "a torch.Tensor or None" if optional else "a torch.Tensor"
-        raise TypeError(f"{op}: argument '{name}' must be {kind}, got {type(t).__name__}")
 
 
 def check_number(op: str, name: str, v, low: float | None = None, strict: bool = False, optional: bool = False):

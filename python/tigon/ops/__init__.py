@@ -2,7 +2,9 @@
 
 from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
+from tigon.ops.decode_attention import decode_attention
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
+from tigon.ops.gemv import gemv
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
@@ -11,8 +13,10 @@ from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 __all__ = [
     "add_rms_norm",
     "cross_entropy",
+    "decode_attention",
     "flash_attention",
     "fused_linear_cross_entropy",
+    "gemv",
     "geglu",
     "geglu_fused",
     "layer_norm",

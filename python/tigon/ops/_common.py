@@ -105,3 +105,12 @@ def refuse_leaf(t: torch.Tensor, arg: str, op: str) -> None:
             f"{op}: argument '{arg}' is a leaf tensor that requires grad, and in_place=True would write "
             f"its gradient over it; pass in_place=False, or an intermediate (e.g. {arg} * 1)"
         )
+
+
+def check_tensor(op: str, name: str, t, optional: bool = False) -> None:
+    """A TypeError naming the argument unless t is a tensor (or None, when optional)."""
+    if t is None and optional:
+        return
+    if not isinstance(t, torch.Tensor):
+        kind = "a torch.Tensor or None" if optional else "a torch.Tensor"
+        raise TypeError(f"{op}: argument '{name}' must be {kind}, got {type(t).__name__}")

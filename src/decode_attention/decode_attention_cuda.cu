@@ -1,0 +1,104 @@
+// Decode attention CUDA path: the plan (query rows per block, cache chunks), dtype and head-dim dispatch, combine.
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "common/cuda_types.cuh"
+#include "common/device.h"
+#include "decode_attention/decode_attention.h"
+#include "decode_attention/decode_attention_kernels.cuh"
+
+namespace tigon::decode_attention {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// From the shapes and the multiprocessor count alone: never from cache_seqlens, which only the device reads.
+struct Plan {
+  int rows = 1;  // query rows per block (a power of two up to kMaxRows)
+  int64_t row_blocks = 1;
+  int64_t splits = 1, chunk = 1;
+};
+
+// Blocks wanted per multiprocessor: a block keeps 128 lanes x 8 loads of 16 bytes in flight, and about 4 are resident.
+constexpr int64_t kTargetBlocksPerSm = 4;
+// A chunk keeps every key slot busy for a few steps of 4 keys (8 slots at head_dim 128: 256 keys = 4 steps).
+constexpr int64_t kMinChunk = 256;
+
+Plan make_plan(const Shape& s, int sms) {
+  Plan p;
+  const int64_t rows = s.group() * s.tq;
+  while (p.rows < kern::kMaxRows && p.rows < rows) p.rows *= 2;
+  p.row_blocks = ceil_div(rows, p.rows);
+  const int64_t blocks = s.batch * s.heads_kv * p.row_blocks;
+  p.splits = std::clamp<int64_t>(ceil_div(kTargetBlocksPerSm * sms, blocks), 1, ceil_div(s.s_max, kMinChunk));
+  p.chunk = std::max<int64_t>(1, ceil_div(s.s_max, p.splits));
+  p.splits = std::max<int64_t>(1, ceil_div(s.s_max, p.chunk));
+  return p;
+}
+
+template <class T, int D, int RB>
+void launch_rows(const kern::Args& a, const Plan& p, cudaStream_t stream) {
+  const dim3 grid(unsigned(p.splits * a.batch), unsigned(a.heads_kv * p.row_blocks));
+  kern::decode<T, D, RB><<<grid, kern::kThreads, 0, stream>>>(a);
+  TIGON_CUDA_CHECK_LAUNCH();
+  if (a.part_out) {
+    kern::combine<T, D><<<unsigned(int64_t(a.batch) * a.heads_q * a.tq), D, 0, stream>>>(a);
+    TIGON_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <class T, int D>
+void launch_dim(const kern::Args& a, const Plan& p, cudaStream_t stream) {
+  switch (p.rows) {
+    case 1: return launch_rows<T, D, 1>(a, p, stream);
+    case 2: return launch_rows<T, D, 2>(a, p, stream);
+    case 4: return launch_rows<T, D, 4>(a, p, stream);
+    default: return launch_rows<T, D, 8>(a, p, stream);
+  }
+}
+
+template <class T>
+void launch(const kern::Args& a, const Plan& p, int64_t head_dim, cudaStream_t stream) {
+  switch (head_dim) {
+    case 64: return launch_dim<T, 64>(a, p, stream);
+    case 80: return launch_dim<T, 80>(a, p, stream);
+    case 96: return launch_dim<T, 96>(a, p, stream);
+    case 128: return launch_dim<T, 128>(a, p, stream);
+    case 256: return launch_dim<T, 256>(a, p, stream);
+    default: fail(TIGON_ERROR_INTERNAL, "decode attention: unexpected head_dim ", head_dim);
+  }
+}
+
+}  // namespace
+
+size_t cuda_workspace_bytes(const Shape& s, int device) {
+  if (s.batch == 0 || s.tq == 0) return 0;
+  const Plan p = make_plan(s, sm_count(device));
+  if (p.splits == 1) return 0;
+  return size_t(s.batch * s.heads_q * s.tq) * size_t(p.splits) * size_t(s.head_dim + 1) * sizeof(float);
+}
+
+void run_cuda(const Problem& pr, void* workspace, size_t, void* stream_ptr) {
+  const Shape& s = pr.s;
+  int device = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  const Plan p = make_plan(s, sm_count(device));
+  float* part_out = p.splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  float* part_lse = part_out ? part_out + s.batch * s.heads_q * s.tq * p.splits * s.head_dim : nullptr;
+  const kern::Args a{
+      pr.q.data,         pr.k.data,          pr.v.data,         pr.seqlens,      pr.out.data,       pr.lse,
+      part_out,          part_lse,           pr.q.batch_stride, pr.q.seq_stride, pr.q.head_stride,  pr.k.batch_stride,
+      pr.k.seq_stride,   pr.k.head_stride,   pr.v.batch_stride, pr.v.seq_stride, pr.v.head_stride,  pr.out.batch_stride,
+      pr.out.seq_stride, pr.out.head_stride, int(s.batch),      int(s.tq),       int(s.heads_q),    int(s.heads_kv),
+      int(s.group()),    int(s.s_max),       int(p.splits),     int(p.chunk),    int(p.row_blocks), s.scale,
+      s.softcap,         int(s.window_left)};
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  switch (s.dtype) {
+    case DType::kBFloat16: return launch<__nv_bfloat16>(a, p, s.head_dim, stream);
+    case DType::kFloat16: return launch<__half>(a, p, s.head_dim, stream);
+    default: fail(TIGON_ERROR_INTERNAL, "decode attention: unexpected dtype ", dtype_name(s.dtype));
+  }
+}
+
+}  // namespace tigon::decode_attention

@@ -1,0 +1,112 @@
+// GEMV CUDA path: the plan (rows of x per block, K split, tile), dtype and vector-width dispatch, the combine pass.
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "common/cuda_types.cuh"
+#include "common/device.h"
+#include "gemv/gemv.h"
+#include "gemv/gemv_kernels.cuh"
+
+namespace tigon::gemv {
+namespace {
+
+using kern::kBlockRows;
+using kern::kKAlign;
+using kern::kWarps;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// The launch shape, from M, N, K, the dtype and the multiprocessor count alone (the workspace size follows from it).
+struct Plan {
+  int mt = 1;              // rows of x per block: a power of two up to 16
+  int64_t row_chunks = 1;  // blocks along z (in launches of at most kMaxGridZ)
+  int64_t k_split = 0;     // elements of K per split
+  int64_t splits = 1;
+  int tile_k = 0;  // elements of K staged in shared memory at a time
+};
+
+// Resident warps wanted per multiprocessor: with 8 loads of 16 bytes in flight per lane, 48 warps keep ~190 KB in
+// flight per multiprocessor, several times what its share of the memory bandwidth needs across the load latency.
+constexpr int64_t kTargetWarpsPerSm = 48;
+// Each split keeps at least two steps of the warp's 512-byte stride per lane (bf16: 512 elements).
+constexpr int64_t kMinSplitK = 512;
+constexpr int64_t kMaxGridZ = 65535;
+
+Plan make_plan(int64_t M, int64_t N, int64_t K, DType dtype, int sms) {
+  Plan p;
+  while (p.mt < kern::kMaxRowsX && p.mt < M) p.mt *= 2;
+  p.row_chunks = ceil_div(M, p.mt);
+  const int64_t warps = ceil_div(N, kBlockRows) * kWarps * p.row_chunks;
+  const int64_t target = kTargetWarpsPerSm * sms;
+  if (warps < target) p.splits = std::min(ceil_div(target, warps), std::max<int64_t>(1, K / kMinSplitK));
+  p.k_split = round_up(ceil_div(K, p.splits), kKAlign);
+  p.splits = ceil_div(K, p.k_split);
+  const int64_t tile_max = kern::kTileBytes / (p.mt * dtype_bytes(dtype)) / kKAlign * kKAlign;
+  p.tile_k = int(std::min(p.k_split, tile_max));
+  return p;
+}
+
+bool rows_aligned(const RowMatrix& m) {
+  return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
+}
+
+template <class T, int MT, int V>
+void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
+  const size_t smem = size_t(MT) * p.tile_k * sizeof(T);
+  for (int64_t z0 = 0; z0 < p.row_chunks; z0 += kMaxGridZ) {
+    kern::Args a = base;
+    a.m0 = z0 * MT;
+    const dim3 grid(unsigned(ceil_div(a.N, kBlockRows)), unsigned(p.splits),
+                    unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
+    kern::gemv<T, MT, V><<<grid, kern::kThreads, smem, stream>>>(a);
+    TIGON_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <class T, int V>
+void launch_mt(const kern::Args& a, const Plan& p, cudaStream_t stream) {
+  switch (p.mt) {
+    case 1: return launch_rows<T, 1, V>(a, p, stream);
+    case 2: return launch_rows<T, 2, V>(a, p, stream);
+    case 4: return launch_rows<T, 4, V>(a, p, stream);
+    case 8: return launch_rows<T, 8, V>(a, p, stream);
+    default: return launch_rows<T, 16, V>(a, p, stream);
+  }
+}
+
+template <class T>
+void launch(const Problem& pr, const Plan& p, float* partial, cudaStream_t stream) {
+  kern::Args a{pr.x.data, pr.w.data,       pr.bias,         pr.y.data,       partial,   pr.x.rows, pr.w.rows,
+               pr.x.cols, pr.x.row_stride, pr.w.row_stride, pr.y.row_stride, p.k_split, p.tile_k,  0};
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = pr.x.cols % V == 0 && rows_aligned(pr.x) && rows_aligned(pr.w);
+  if (vec)
+    launch_mt<T, V>(a, p, stream);
+  else
+    launch_mt<T, 1>(a, p, stream);
+  if (!partial) return;
+  const int64_t blocks = std::min<int64_t>(ceil_div(pr.x.rows * pr.w.rows, 256), 4096);
+  kern::combine<T><<<unsigned(blocks), 256, 0, stream>>>(a, int(p.splits));
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t cuda_workspace_bytes(int64_t M, int64_t N, int64_t K, DType dtype, int device) {
+  if (M == 0 || N == 0) return 0;
+  const Plan p = make_plan(M, N, K, dtype, sm_count(device));
+  return p.splits > 1 ? size_t(p.splits) * size_t(M) * size_t(N) * sizeof(float) : 0;
+}
+
+void run_cuda(const Problem& pr, void* workspace, size_t, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  int device = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  const Plan p = make_plan(pr.x.rows, pr.w.rows, pr.x.cols, pr.x.dtype, sm_count(device));
+  float* partial = p.splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T>(pr, p, partial, stream));
+}
+
+}  // namespace tigon::gemv

@@ -1,0 +1,190 @@
+// GEMV kernels; included by gemv_cuda.cu only.
+//
+// y = x W^T for a few rows of x is bound by reading W once: every element of W is used M times at most. A block of
+// 8 warps owns 16 rows of W (2 per warp) and one K range (the whole of K unless it is split across blocks). The
+// block stages its rows of x for a tile of K in shared memory (16-bit x stays 16-bit: 32 KB hold 16 rows of 1024
+// elements, or one row of 16384), then each warp streams its 2 rows of W through that tile with 16-byte loads, 8 in
+// flight per lane (2 rows x 4 steps of the warp's 512-byte stride), and multiplies every W vector by every row of x
+// from shared memory: per W byte read from memory, M/2 bytes of x read from shared memory. The W loads bypass L1
+// (each byte is read once) and accumulate in fp32 registers, acc[row of W][row of x]; at the end one reduce-scatter
+// over the warp's lanes leaves each sum in one lane, which writes y (plus the bias) or, when K is split across
+// blocks, an fp32 partial that the combine kernel adds up in split order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_types.cuh"
+#include "common/reduce.cuh"
+
+namespace tigon::gemv::kern {
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
+constexpr int kRowsPerWarp = 2;                    // rows of W a warp owns
+constexpr int kBlockRows = kWarps * kRowsPerWarp;  // rows of W a block owns
+constexpr int kUnroll = 4;                         // steps of the warp's stride loaded before any is used
+constexpr int kTileBytes = 32 << 10;               // shared memory for the tile of x
+constexpr int kMaxRowsX = 16;                      // rows of x per block (more rows: more blocks along z)
+constexpr int kKAlign = 256;                       // tiles and K splits are multiples of this many elements
+
+struct Args {
+  const void* x;
+  const void* w;
+  const void* bias;  // nullptr: none
+  void* y;
+  float* partial;  // [splits][M][N] fp32 when K is split, else nullptr
+  int64_t M, N, K;
+  int64_t x_stride, w_stride, y_stride;
+  int64_t k_split;  // elements of K per split (a multiple of kKAlign)
+  int tile_k;       // elements of K staged per tile (a multiple of kKAlign)
+  int64_t m0;       // first row of x of this launch
+};
+
+// V consecutive elements kept in their storage format: one 16-byte vector (V = 16 / sizeof(T)) or one element.
+template <class T, int V>
+using Raw = std::conditional_t<V == 1, T, uint4>;
+
+template <class T, int V>
+__device__ __forceinline__ void to_floats(const Raw<T, V>& r, float (&f)[V]) {
+  if constexpr (V == 1) {
+    f[0] = cuda::to_f<T>(r);
+  } else {
+    cuda::unpack16<T>(r, f);
+  }
+}
+
+template <class T, int V>
+__device__ __forceinline__ Raw<T, V> load_w(const T* p) {
+  if constexpr (V == 1) {
+    return __ldg(p);
+  } else {
+    return cuda::load_stream16(p);
+  }
+}
+
+template <class T, int V>
+__device__ __forceinline__ Raw<T, V> load_smem(const T* p) {
+  if constexpr (V == 1) {
+    return *p;
+  } else {
+    return *reinterpret_cast<const uint4*>(p);
+  }
+}
+
+// Stages rows m0 .. m0 + MT of x, columns k .. k + len, into xs ([MT][tile_k]); rows past M and columns past len are
+// zeros (they multiply W rows that are never written, or columns no W vector reaches).
+template <class T, int MT, int V>
+__device__ __forceinline__ void stage_x(const Args& a, T* xs, int64_t m0, int64_t k, int64_t len) {
+  const T* x = static_cast<const T*>(a.x);
+  const int per_row = a.tile_k / V;
+  for (int i = threadIdx.x; i < MT * per_row; i += kThreads) {
+    const int m = i / per_row, c = (i - m * per_row) * V;
+    Raw<T, V> v{};
+    if (m0 + m < a.M && c < len) {
+      const T* p = x + (m0 + m) * a.x_stride + k + c;
+      if constexpr (V == 1) {
+        v = *p;
+      } else {
+        v = __ldg(reinterpret_cast<const uint4*>(p));
+      }
+    }
+    *reinterpret_cast<Raw<T, V>*>(xs + m * a.tile_k + c) = v;
+  }
+}
+
+// One step of the warp's stride for all its rows: acc[r][m] += W[r][k .. k + V) . x[m][k .. k + V).
+template <class T, int MT, int V>
+__device__ __forceinline__ void fma_step(const Raw<T, V> (&wv)[kRowsPerWarp], const T* xs, int tile_k, int c,
+                                         float (&acc)[kRowsPerWarp][MT]) {
+  float wf[kRowsPerWarp][V];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) to_floats<T, V>(wv[r], wf[r]);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float xf[V];
+    to_floats<T, V>(load_smem<T, V>(xs + m * tile_k + c), xf);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[r][m] = fmaf(wf[r][j], xf[j], acc[r][m]);
+  }
+}
+
+// grid: (ceil(N / kBlockRows), splits, row chunks of MT); dynamic shared memory MT * tile_k * sizeof(T).
+template <class T, int MT, int V>
+__global__ void __launch_bounds__(kThreads) gemv(const Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* xs = reinterpret_cast<T*>(smem);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t m0 = a.m0 + int64_t(blockIdx.z) * MT;
+  const int64_t k_begin = int64_t(blockIdx.y) * a.k_split;
+  const int64_t k_end = k_begin + a.k_split < a.K ? k_begin + a.k_split : a.K;
+  const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
+  const T* w = static_cast<const T*>(a.w);
+  const T* wrow[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)  // rows past N read the last row again and are not written
+    wrow[r] = w + (n0 + r < a.N ? n0 + r : a.N - 1) * a.w_stride;
+
+  constexpr int kStride = 32 * V;  // elements a warp covers per step
+  float acc[kRowsPerWarp][MT] = {};
+  for (int64_t t0 = k_begin; t0 < k_end; t0 += a.tile_k) {
+    const int len = int(k_end - t0 < a.tile_k ? k_end - t0 : a.tile_k);
+    __syncthreads();  // the previous tile's readers are done
+    stage_x<T, MT, V>(a, xs, m0, t0, len);
+    __syncthreads();
+    if (n0 >= a.N) continue;  // a warp past the last row still stages x with the others
+    int c = lane * V;
+    for (; c + (kUnroll - 1) * kStride < len; c += kUnroll * kStride) {
+      Raw<T, V> wv[kUnroll][kRowsPerWarp];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) wv[u][r] = load_w<T, V>(wrow[r] + t0 + c + u * kStride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) fma_step<T, MT, V>(wv[u], xs, a.tile_k, c + u * kStride, acc);
+    }
+    for (; c < len; c += kStride) {
+      Raw<T, V> wv[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) wv[r] = load_w<T, V>(wrow[r] + t0 + c);
+      fma_step<T, MT, V>(wv, xs, a.tile_k, c, acc);
+    }
+  }
+  if (n0 >= a.N) return;
+
+  constexpr int kSums = kRowsPerWarp * MT, kLanesPerSum = 32 / kSums;
+  float v[kSums];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) v[r * MT + m] = acc[r][m];
+  const float s = cuda::reduce_scatter<kSums>(v, 32);  // lane l holds sum l / kLanesPerSum
+  if (lane % kLanesPerSum != 0) return;
+  const int idx = lane / kLanesPerSum, r = idx / MT, m = idx % MT;
+  const int64_t n = n0 + r, row = m0 + m;
+  if (n >= a.N || row >= a.M) return;
+  if (a.partial) {
+    a.partial[(int64_t(blockIdx.y) * a.M + row) * a.N + n] = s;
+  } else {
+    const float b = a.bias ? cuda::to_f<T>(static_cast<const T*>(a.bias)[n]) : 0.f;
+    static_cast<T*>(a.y)[row * a.y_stride + n] = cuda::from_f<T>(s + b);
+  }
+}
+
+// y[m, n] = sum over splits, in split order, of partial[split][m][n] (+ bias[n]).
+template <class T>
+__global__ void __launch_bounds__(256) combine(const Args a, int splits) {
+  const int64_t total = a.M * a.N;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int sp = 0; sp < splits; ++sp) s += a.partial[sp * total + i];
+    const int64_t m = i / a.N, n = i - m * a.N;
+    if (a.bias) s += cuda::to_f<T>(static_cast<const T*>(a.bias)[n]);
+    static_cast<T*>(a.y)[m * a.y_stride + n] = cuda::from_f<T>(s);
+  }
+}
+
+}  // namespace tigon::gemv::kern

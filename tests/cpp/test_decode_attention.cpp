@@ -1,0 +1,143 @@
+// Decode attention: the CPU reference (through the C API) against the naive materialised attention of each sequence,
+// and every bad argument named.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "decode_attention_test_util.h"
+
+using namespace tigon_test;
+
+namespace {
+
+DecodeCase make(std::string name, DType dt, int64_t tq, int64_t hq, int64_t hkv, int64_t d) {
+  DecodeCase c;
+  c.name = std::move(name);
+  c.dtype = dt, c.tq = tq, c.heads_q = hq, c.heads_kv = hkv, c.head_dim = d;
+  return c;
+}
+
+class DecodeAttentionReference : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DecodeAttentionReference, MatchesNaivePerSequence) {
+  const DecodeCase& c = GetParam();
+  std::mt19937 rng(11);
+  DecodeHost t(c);
+  t.fill(rng);
+  auto qv = t.q.view(), kv = t.k.view(), vv = t.v.view(), ov = t.out.view(), lv = t.lse_view(), sv = t.lens_view();
+  size_t bytes = 1;
+  tigon::check(tigon_decode_attention_workspace_size(qv, kv, vv, c.params(), &bytes));
+  EXPECT_EQ(bytes, 0u);
+  tigon::check(tigon_decode_attention(qv, kv, vv, sv, ov, lv, c.params(), nullptr, 0, nullptr));
+  Dense want(0, 0, 0, 0);
+  std::vector<double> want_lse;
+  t.expected(&want, &want_lse);
+  EXPECT_LE(worst_attn(t.out, want, rtol_of(c.dtype)), 1.0);
+  EXPECT_LE(worst_lse(t.lse, want_lse), 1e-5);
+}
+
+DecodeCase with(DecodeCase c, int32_t window, float softcap, bool bhsd, std::vector<int32_t> lens) {
+  c.window_left = window, c.softcap = softcap, c.bhsd = bhsd;
+  if (!lens.empty()) c.lens = std::move(lens), c.s_max = *std::max_element(c.lens.begin(), c.lens.end()) + 3;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, DecodeAttentionReference,
+    ::testing::Values(make("f32_decode_gqa4", DType::kFloat32, 1, 4, 1, 16),
+                      make("bf16_tq3_gqa2", DType::kBFloat16, 3, 4, 2, 8),
+                      with(make("f16_window_softcap", DType::kFloat16, 2, 2, 2, 8), 5, 20.f, false, {}),
+                      with(make("f32_bhsd_short", DType::kFloat32, 4, 8, 1, 12), -1, 0.f, true, {2, 0, 9}),
+                      with(make("f32_window0", DType::kFloat32, 3, 2, 1, 4), 0, 0.f, false, {7, 3})),
+    [](const ::testing::TestParamInfo<DecodeCase>& info) { return info.param.name; });
+
+// ---- argument checks -----------------------------------------------------------------------------------------------
+
+TEST(DecodeAttentionApi, EveryBadArgumentIsNamed) {
+  DecodeCase c = make("api", DType::kBFloat16, 2, 4, 2, 8);
+  c.lens = {5, 6};
+  c.s_max = 6;
+  std::mt19937 rng(2);
+  DecodeHost t(c);
+  t.fill(rng);
+  const tigon_decode_attention_params ok = c.params();
+  auto qv = t.q.view(), kv = t.k.view(), vv = t.v.view(), ov = t.out.view(), lv = t.lse_view(), sv = t.lens_view();
+  const auto bf = tigon::dtype::bfloat16;
+  std::vector<uint8_t> other(8192);
+  void* o = other.data();
+  char* qd = static_cast<char*>(qv.get()->data);
+  std::vector<int32_t> too_long = {5, 7}, negative = {-1, 3};
+  std::vector<int64_t> lens64 = {5, 6};
+  tigon::TensorView q3(o, {2, 2, 32}, bf), q_i32(o, {2, 2, 4, 8}, tigon::dtype::int32),
+      q_f16(o, {2, 2, 4, 8}, tigon::dtype::float16), q_d0(o, {2, 2, 4, 0}, bf), q_h0(o, {2, 2, 0, 8}, bf),
+      q_strided(o, {2, 2, 4, 4}, bf, tigon::cpu(), {64, 32, 8, 2}), k_b(o, {3, 6, 2, 8}, bf), k_h3(o, {2, 6, 3, 8}, bf),
+      k_d(o, {2, 6, 2, 16}, bf), k_neg(o, {2, 6, 2, 8}, bf, tigon::cpu(), {96, -16, 8, 1}), v_s(o, {2, 5, 2, 8}, bf),
+      v_f16(o, {2, 6, 2, 8}, tigon::dtype::float16), o_s(o, {2, 2, 4, 9}, bf),
+      o_f16(o, {2, 2, 4, 8}, tigon::dtype::float16), o_over_q(qd + 2, {2, 2, 4, 8}, bf),
+      l_s(o, {2, 4, 3}, tigon::dtype::float32), l_bf(o, {2, 4, 2}, bf),
+      l_strided(o, {2, 4, 2}, tigon::dtype::float32, tigon::cpu(), {16, 4, 1}),
+      s_long(too_long.data(), {2}, tigon::dtype::int32), s_neg(negative.data(), {2}, tigon::dtype::int32),
+      s_i64(lens64.data(), {2}, tigon::dtype::int64), s_b(too_long.data(), {1}, tigon::dtype::int32),
+      s_gpu(too_long.data(), {2}, tigon::dtype::int32, tigon::cuda(0));
+  auto run = [&](const tigon_tensor* q, const tigon_tensor* k, const tigon_tensor* v, const tigon_tensor* s,
+                 const tigon_tensor* out,
+                 const tigon_tensor* l) { return tigon_decode_attention(q, k, v, s, out, l, ok, nullptr, 0, nullptr); };
+  auto param = [&](auto change) {
+    tigon_decode_attention_params r = ok;
+    change(r);
+    return tigon_decode_attention(qv, kv, vv, sv, ov, lv, r, nullptr, 0, nullptr);
+  };
+  size_t bytes = 0;
+  struct Bad {
+    std::string arg;
+    std::function<tigon_status_t()> call;
+  };
+  const std::vector<Bad> cases = {
+      {"'scale'", [&] { return param([](auto& r) { r.scale = 0.f; }); }},
+      {"'scale'", [&] { return param([](auto& r) { r.scale = NAN; }); }},
+      {"'softcap'", [&] { return param([](auto& r) { r.softcap = -1.f; }); }},
+      {"'window_left'", [&] { return param([](auto& r) { r.window_left = -2; }); }},
+      {"'q'", [&] { return run(nullptr, kv, vv, sv, ov, lv); }},
+      {"'q'", [&] { return run(q3, kv, vv, sv, ov, lv); }},
+      {"'q'", [&] { return run(q_i32, kv, vv, sv, ov, lv); }},
+      {"'q'", [&] { return run(q_d0, kv, vv, sv, ov, lv); }},
+      {"'q'", [&] { return run(q_h0, kv, vv, sv, ov, lv); }},
+      {"'q'", [&] { return run(q_strided, kv, vv, sv, ov, lv); }},
+      {"'k_cache'", [&] { return run(qv, nullptr, vv, sv, ov, lv); }},
+      {"'k_cache'", [&] { return run(q_f16, kv, vv, sv, ov, lv); }},
+      {"'k_cache'", [&] { return run(qv, k_b, vv, sv, ov, lv); }},
+      {"'k_cache'", [&] { return run(qv, k_h3, vv, sv, ov, lv); }},  // 3 heads do not divide 4
+      {"'k_cache'", [&] { return run(qv, k_d, vv, sv, ov, lv); }},
+      {"'k_cache'", [&] { return run(qv, k_neg, vv, sv, ov, lv); }},
+      {"'v_cache'", [&] { return run(qv, kv, nullptr, sv, ov, lv); }},
+      {"'v_cache'", [&] { return run(qv, kv, v_s, sv, ov, lv); }},
+      {"'v_cache'", [&] { return run(qv, kv, v_f16, sv, ov, lv); }},
+      {"'cache_seqlens'", [&] { return run(qv, kv, vv, nullptr, ov, lv); }},
+      {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_long, ov, lv); }},
+      {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_neg, ov, lv); }},
+      {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_i64, ov, lv); }},
+      {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_b, ov, lv); }},
+      {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_gpu, ov, lv); }},  // device mismatch names it
+      {"'out'", [&] { return run(qv, kv, vv, sv, nullptr, lv); }},
+      {"'out'", [&] { return run(qv, kv, vv, sv, o_s, lv); }},
+      {"'out'", [&] { return run(qv, kv, vv, sv, o_f16, lv); }},
+      {"'out'", [&] { return run(qv, kv, vv, sv, qv, lv); }},
+      {"'out'", [&] { return run(qv, kv, vv, sv, o_over_q, lv); }},
+      {"'lse'", [&] { return run(qv, kv, vv, sv, ov, l_s); }},
+      {"'lse'", [&] { return run(qv, kv, vv, sv, ov, l_bf); }},
+      {"'lse'", [&] { return run(qv, kv, vv, sv, ov, l_strided); }},
+      {"'bytes'", [&] { return tigon_decode_attention_workspace_size(qv, kv, vv, ok, nullptr); }},
+      {"'k_cache'", [&] { return tigon_decode_attention_workspace_size(qv, k_d, vv, ok, &bytes); }},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(cases[i].call(), TIGON_ERROR_INVALID_ARGUMENT) << "case " << i << ": " << tigon_last_error();
+    EXPECT_NE(std::string(tigon_last_error()).find("argument " + cases[i].arg), std::string::npos)
+        << "case " << i << ": " << tigon_last_error();
+  }
+  EXPECT_EQ(run(qv, kv, vv, sv, ov, nullptr), TIGON_SUCCESS) << tigon_last_error();  // lse is optional
+}
+
+}  // namespace

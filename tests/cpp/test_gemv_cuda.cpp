@@ -1,0 +1,86 @@
+// GEMV CUDA kernels against the CPU reference, through the same C API. Skipped without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "cuda_test_util.h"
+#include "test_util.h"
+
+using namespace tigon_test;
+
+namespace {
+
+// dtype, M, N, K, x row padding (elements; odd padding leaves rows unaligned: the element-wise kernel), bias
+using Case = std::tuple<DType, int64_t, int64_t, int64_t, int64_t, bool>;
+
+class GemvCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GemvCuda, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const auto [dt, M, N, K, pad, with_bias] = GetParam();
+  std::mt19937 rng(3 + M + N * 7 + K);
+  HostMat x(dt, M, K, K + pad), w(dt, N, K), b(dt, 1, N), y(dt, M, N, N + 3);
+  x.fill_random(rng);
+  w.fill_random(rng, 0.05);
+  b.fill_random(rng);
+  y.poison();
+  HostMat ry = y;
+  tigon::TensorView bh(b.data(), {N}, to_dl(dt));
+  auto xh = x.view(), wh = w.view(), ryv = ry.view();
+  tigon::gemv(xh, wh, with_bias ? &bh : nullptr, ryv);
+
+  DevMat gx(x), gw(w), gb(b), gy(y);
+  auto xv = gx.view(), wv = gw.view(), yv = gy.view(), bv = gb.vec_view(N);
+  const size_t bytes = tigon::gemv_workspace_size(xv, wv);
+  tigon::Buffer ws(bytes, tigon::cuda(0));
+  tigon::gemv(xv, wv, with_bias ? &bv : nullptr, yv, ws.get(), ws.size());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const HostMat got = gy.fetch();
+  // One rounding of y apart, plus fp32 sums in another order (relative to the sum's size, ~sqrt(K) terms of 0.05).
+  const double tol = rtol_of(dt);
+  EXPECT_LE(worst_ratio(got, ry, tol * 0.05 * std::sqrt(double(K)), tol), 1.0);
+
+  // Deterministic: a second call gives the same bits (split K is added up in a fixed order).
+  tigon::gemv(xv, wv, with_bias ? &bv : nullptr, yv, ws.get(), ws.size());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(worst_ratio(gy.fetch(), got, 0, 0), 0.0);
+}
+
+const Case kShapes[] = {
+    Case{DType::kBFloat16, 1, 4096, 4096, 0, false},  // split K (few columns for the GPU)
+    Case{DType::kBFloat16, 1, 14336, 4096, 0, true},  // no split
+    Case{DType::kFloat16, 3, 1001, 1000, 8, true},    // K a multiple of 8 only, N odd, padded rows
+    Case{DType::kBFloat16, 16, 517, 2056, 0, false},  // 16 rows: tiles of K in shared memory
+    Case{DType::kBFloat16, 8, 4096, 14336, 0, false},
+    Case{DType::kBFloat16, 17, 300, 264, 0, true},  // 17 rows: a second block of rows
+    Case{DType::kFloat16, 40, 77, 4104, 0, false},
+    Case{DType::kBFloat16, 2, 129, 33, 0, true},   // K odd: element-wise kernel
+    Case{DType::kBFloat16, 5, 64, 512, 3, false},  // unaligned rows of x: element-wise kernel
+    Case{DType::kFloat32, 4, 100, 772, 0, true},
+    Case{DType::kBFloat16, 1, 1, 8, 0, true},
+    Case{DType::kBFloat16, 1, 8, 131072, 0, false},  // very long K: many splits
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(short_name(std::get<0>(c))) + "_" + std::to_string(std::get<1>(c)) + "x" +
+         std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
+         std::to_string(std::get<4>(c)) + (std::get<5>(c) ? "_bias" : "");
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, GemvCuda, ::testing::ValuesIn(kShapes), case_name);
+
+TEST(GemvCudaApi, WorkspaceTooSmallIsAnError) {
+  SKIP_WITHOUT_GPU();
+  HostMat x(DType::kBFloat16, 1, 4096), w(DType::kBFloat16, 64, 4096), y(DType::kBFloat16, 1, 64);
+  DevMat gx(x), gw(w), gy(y);
+  auto xv = gx.view(), wv = gw.view(), yv = gy.view();
+  const size_t need = tigon::gemv_workspace_size(xv, wv);
+  ASSERT_GT(need, 0u);  // 64 columns on a whole GPU: K is split
+  EXPECT_EQ(tigon_gemv(xv, wv, nullptr, yv, nullptr, 0, nullptr), TIGON_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tigon_last_error()).find("'workspace'"), std::string::npos) << tigon_last_error();
+}
+
+}  // namespace
