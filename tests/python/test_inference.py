@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+from conftest import needs_cuda
 
 transformers = pytest.importorskip("transformers")
 import tigon  # noqa: E402
@@ -145,3 +146,139 @@ def test_revert_restores_transformers():
     tigon.optimize_model(model)
     with no_fallback():
         assert model.generate(ids, max_new_tokens=4, do_sample=False).shape == (1, 16)
+
+
+def test_stop_tokens_and_padding_match_transformers():
+    """Each row stops at a token it generates (an eos list, pad_token_id set), the batch ends when both have stopped
+    and the stopped row is padded after its stop token, as transformers returns it."""
+    ref, opt = pair("qwen2")
+    ids, mask = prompts()
+    free = ref.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)[:, ids.shape[1] :]
+    stop = [int(free[0, 20]), int(free[1, 6])]
+    for check_every in (1, 4, 16):
+        opt.tigon_inference.check_every = check_every
+        kw = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=stop, pad_token_id=7)
+        expected = ref.generate(ids, **kw)
+        with no_fallback():
+            got = opt.generate(ids, **kw)
+        assert torch.equal(got, expected)
+    assert expected.shape[1] < ids.shape[1] + NEW_TOKENS and (expected == 7).any()
+
+
+def test_repetition_penalty_matches_transformers():
+    ref, opt = pair("gemma")
+    ids, mask = prompts()
+    kw = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, repetition_penalty=1.5)
+    expected = ref.generate(ids, **kw)
+    with no_fallback():
+        assert torch.equal(opt.generate(ids, **kw), expected)
+
+
+def test_sampling_is_reproducible_under_a_seed():
+    _, opt = pair("llama")
+    ids, mask = prompts()
+    kw = dict(attention_mask=mask, max_new_tokens=32, do_sample=True, temperature=1.5, top_k=40, top_p=0.95)
+    runs = []
+    for seed in (3, 3, 4):
+        torch.manual_seed(seed)
+        with no_fallback():
+            runs.append(opt.generate(ids, **kw))
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+
+
+def test_sampling_filters_match_transformers():
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    from tigon.inference._sampling import _top_k, _top_p
+
+    logits = torch.randn(4, 100) * 3
+    logits[0, :10] = 1.0  # ties at the k-th value
+    assert torch.equal(_top_k(logits, 7), TopKLogitsWarper(7)(None, logits.clone()))
+    for p in (0.1, 0.5, 0.9, 0.999):
+        assert torch.equal(_top_p(logits, p), TopPLogitsWarper(p)(None, logits.clone()))
+
+
+def test_sampling_draws_from_the_distribution():
+    from tigon.inference._sampling import Sampling, next_tokens
+
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    logits = probs.log().expand(20000, -1).contiguous()
+    gen = torch.Generator().manual_seed(0)
+    drawn = next_tokens(logits, Sampling(do_sample=True), None, gen)
+    freq = torch.bincount(drawn, minlength=5).double() / drawn.numel()
+    torch.testing.assert_close(freq, probs.double(), atol=0.015, rtol=0)
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def put(self, value):
+        self.calls.append(value.clone())
+
+    def end(self):
+        self.calls.append("end")
+
+
+def test_streamer_sees_what_transformers_streams():
+    ref, opt = pair("phi3")
+    ids, _ = prompts(batch=1)
+    seen = []
+    for model in (ref, opt):
+        streamer = Recorder()
+        model.generate(ids, max_new_tokens=20, do_sample=False, streamer=streamer)
+        seen.append(streamer.calls)
+    assert seen[1][-1] == "end" and len(seen[1]) == len(seen[0]) == 22
+    for got, expected in zip(seen[1][:-1], seen[0][:-1]):
+        assert torch.equal(got.reshape(-1), expected.reshape(-1))
+
+
+# ---- GPU: the decode step replayed from CUDA graphs --------------------------------------------------------------
+
+
+def cuda_pair(name: str, batch: int = 4):
+    ref = build(name, device="cuda").eval()
+    return ref, tigon.optimize_model(copy.deepcopy(ref), max_batch_size=batch, max_seq_len=256)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", [family_param(n) for n in ("llama", "gemma2", "gemma3", "phi3")])
+def test_cuda_graphs_match_transformers(name):
+    """Greedy tokens from graph replays (batch buckets 1 and 2 of 4; cache buckets 128 and 256) against transformers
+    on the same GPU, fp32 without TF32."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ref, opt = cuda_pair(name)
+    ids, mask = (t.cuda() for t in prompts(length=100))
+    for batch in (1, 2):
+        kw = dict(attention_mask=mask[-batch:], max_new_tokens=NEW_TOKENS, do_sample=False)
+        with no_fallback():
+            got = opt.generate(ids[-batch:], **kw)
+        assert torch.equal(got, ref.generate(ids[-batch:], **kw))
+    keys = set(opt.tigon_inference.graphs.graphs)
+    assert {(k[0], k[1]) for k in keys} == {(1, 128), (1, 256), (2, 128), (2, 256)}
+
+
+@needs_cuda
+def test_cuda_memory_does_not_grow():
+    _, opt = cuda_pair("qwen3")
+    ids, mask = (t.cuda() for t in prompts())
+    run = lambda: opt.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=True, top_k=20)  # noqa: E731
+    run()  # captures this bucket's graph
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(10):
+        run()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
+
+
+@needs_cuda
+def test_cuda_graph_sampling_is_reproducible():
+    _, opt = cuda_pair("llama")
+    ids, mask = (t.cuda() for t in prompts())
+    runs = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        runs.append(opt.generate(ids, attention_mask=mask, max_new_tokens=32, do_sample=True, temperature=1.5))
+    assert opt.tigon_inference.graphs.graphs, "the sampling step was not captured"
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])

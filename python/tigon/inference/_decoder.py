@@ -36,9 +36,9 @@ class Decoder:
     def hidden(self, h: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
         """h [B, T, hidden] at positions [B, T] through every block and the final norm."""
         s = self.spec
+        angles = {key: (cos[positions], sin[positions]) for key, (cos, sin) in self.rope_tables.items()}
         for i, layer in enumerate(s.layers):
-            cos, sin = self.rope_tables[layer.rope]
-            h = self._block(i, layer, h, cos[positions], sin[positions], attend)
+            h = self._block(i, layer, h, *angles[layer.rope], attend)
         return s.backbone.norm(h)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
