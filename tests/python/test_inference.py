@@ -5,6 +5,7 @@ transformers' generate, the static cache allocated once, and revert. The CUDA-gr
 
 import contextlib
 import copy
+import json
 import warnings
 
 import pytest
@@ -282,3 +283,41 @@ def test_cuda_graph_sampling_is_reproducible():
         runs.append(opt.generate(ids, attention_mask=mask, max_new_tokens=32, do_sample=True, temperature=1.5))
     assert opt.tigon_inference.graphs.graphs, "the sampling step was not captured"
     assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+
+
+# ---- the command and the benchmark -------------------------------------------------------------------------------
+
+
+def test_generate_command_prints_ids_and_speed(capsys):
+    from tigon import generate
+
+    assert (
+        generate.main(["--model", "tiny-gemma2", "--prompt", "5 6 7", "--max-new-tokens", "6", "--device", "cpu"]) == 0
+    )
+    out, err = capsys.readouterr()
+    assert len(out.split()) == 6 and all(w.isdigit() for w in out.split())
+    assert "6 tokens in" in err and "tokens/s" in err
+
+
+def test_decode_benchmark_runs_on_the_cpu(tmp_path, capsys):
+    from tigon.bench import __main__ as bench
+
+    assert bench.main(["--ops", "decode", "--quick", "--device", "cpu", "--no-chart", "--out", str(tmp_path)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert {r["impl"] for r in rows} == {"hf", "tigon", "tigon_generate"}  # the compiled rows need --cpu-compile
+    assert all(r["tokens_per_s"] > 0 and r["agree"] == 1.0 for r in rows)
+    assert "decode: cpu | tiny-llama float32" in capsys.readouterr().out
+
+
+def test_model_patched_for_training_decodes_on_tigon_kernels():
+    """A model patched by tigon.transformers keeps its Tigon norms in the decode loop (they are called as modules)."""
+    import tigon.transformers
+
+    ref = build("qwen3").eval()
+    patched = tigon.transformers.patch(copy.deepcopy(ref))
+    assert patched.tigon_patched["rms_norm"] > 0
+    tigon.optimize_model(patched, max_batch_size=2, max_seq_len=128, dtype=torch.float32)
+    ids, mask = prompts()
+    kw = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    with no_fallback():
+        assert torch.equal(patched.generate(ids, **kw), ref.generate(ids, **kw))
