@@ -321,3 +321,24 @@ def test_model_patched_for_training_decodes_on_tigon_kernels():
     kw = dict(attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
     with no_fallback():
         assert torch.equal(patched.generate(ids, **kw), ref.generate(ids, **kw))
+
+
+def test_forward_outside_the_prompt_pass_is_transformers():
+    """Labels, gradients or a cache passed in: the model's own forward (the loss, the gradient, the cached step)."""
+    ref, opt = pair("llama")
+    ids, _ = prompts(batch=1)
+    expected, got = ref(ids, labels=ids), opt(ids, labels=ids)
+    assert torch.equal(got.loss, expected.loss) and got.loss.requires_grad
+    with torch.no_grad():
+        first = opt(ids[:, :-1])  # the prompt pass, returning transformers' DynamicCache of the prompt
+        step = opt(ids[:, -1:], **{k: v for k, v in first.items() if k in ("cache", "past_key_values")})
+        whole = ref(ids)
+    torch.testing.assert_close(step.logits[:, -1], whole.logits[:, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_dtype_converts_the_model_and_its_cache():
+    model = tigon.optimize_model(build("gemma"), max_seq_len=64, dtype=torch.bfloat16)
+    assert model.dtype == torch.bfloat16 and model.tigon_inference.cache.k.dtype == torch.bfloat16
+    ids, _ = prompts(batch=1)
+    with no_fallback():
+        assert model.generate(ids, max_new_tokens=8, do_sample=False).shape == (1, 20)

@@ -15,7 +15,7 @@ OWN = {"attention_mask", "position_ids", "use_cache", "logits_to_keep", "return_
 def _takes(engine, args: tuple, kwargs: dict):
     """input_ids when the prompt pass can answer this call, else None."""
     ids = args[0] if len(args) == 1 else kwargs.get("input_ids") if not args else None
-    others = {k: v for k, v in kwargs.items() if k != "input_ids" and k not in OWN and v not in (None, False)}
+    others = [k for k, v in kwargs.items() if k != "input_ids" and k not in OWN and v is not None and v is not False]
     if others or torch.is_grad_enabled() or kwargs.get("return_dict") is False:
         return None
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.device != engine.spec.device:
