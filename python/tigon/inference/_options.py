@@ -92,8 +92,12 @@ def _ids(value) -> list[int]:
     return [int(value)] if isinstance(value, int) else [int(v) for v in value]
 
 
+# generate() arguments outside the generation config that change nothing here
+INERT = {"tokenizer", "use_model_defaults"}
+
+
 def _empty(value) -> bool:
-    return value is None or (isinstance(value, (list, tuple, dict)) and not value)
+    return value is None or value is False or (isinstance(value, (list, tuple, dict)) and not value)
 
 
 def _config_option(config) -> str | None:
@@ -130,7 +134,7 @@ def resolve(engine, base_config, args: tuple, kwargs: dict) -> Request | str:
     mask, streamer = kwargs.pop("attention_mask", None), kwargs.pop("streamer", None)
     config = copy.deepcopy(kwargs.pop("generation_config", None) or base_config)
     unused = config.update(**kwargs)
-    extra = next((f"{k}=" + type(v).__name__ for k, v in unused.items() if not _empty(v)), None)
+    extra = next((f"{k}=" + type(v).__name__ for k, v in unused.items() if k not in INERT and not _empty(v)), None)
     problem = extra or _config_option(config) or _input_option(ids, mask, engine)
     if problem:
         return problem
