@@ -3,6 +3,7 @@
 import tigon
 y = tigon.ops.rms_norm(x, weight, eps=1e-6)
 norm = tigon.nn.RMSNorm(4096)          # drop-in for Hugging Face's LlamaRMSNorm (same state dict)
+model = tigon.optimize_model(model)    # a Hugging Face causal LM's generate() on a static-cache decode loop
 """
 
 from tigon._lib import (
@@ -15,13 +16,16 @@ from tigon._lib import (
     library_path,
     version,
 )
-from tigon import losses, nn, ops
+from tigon import inference, losses, nn, ops
+from tigon.inference import optimize_model
 
 __version__ = "0.1.0"
 __all__ = [
     "ops",
     "nn",
     "losses",
+    "inference",
+    "optimize_model",
     "TigonError",
     "TigonArgumentError",
     "TigonDTypeError",

@@ -2,7 +2,8 @@
 
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in _RUNNERS.
 The whole-model training steps (Hugging Face models, minutes on a GPU) run only when asked for: --ops train_step, and
-on 2+ GPUs train_step_fsdp2 / train_step_ddp; the post-training losses (DPO, GRPO) with --ops post_training.
+on 2+ GPUs train_step_fsdp2 / train_step_ddp; the post-training losses (DPO, GRPO) with --ops post_training;
+generation speed (tigon.optimize_model against transformers' generate) with --ops decode.
 ``python -m tigon.bench.report --markdown`` prints the results table.
 """
 
@@ -24,10 +25,11 @@ _RUNNERS = {
     "train_step": ("train_step", "run"),
     "train_step_fsdp2": ("train_step_distributed", "run_fsdp2"),
     "train_step_ddp": ("train_step_distributed", "run_ddp"),
+    "decode": ("decode", "run"),
 }
-# Run only when asked for: the whole-model training steps, and the post-training losses (composites of
-# fused_linear_cross_entropy, which the default list already measures).
-_ON_REQUEST = ("train_step", "post_training")
+# Run only when asked for: the whole-model training steps and generation, and the post-training losses (composites
+# of fused_linear_cross_entropy, which the default list already measures).
+_ON_REQUEST = ("train_step", "post_training", "decode")
 DEFAULT_OPS = [op for op in _RUNNERS if not op.startswith(_ON_REQUEST)]
 
 

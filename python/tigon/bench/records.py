@@ -16,6 +16,7 @@ from pathlib import Path
 ENV_KEYS = ("git_sha", "timestamp", "gpu", "torch", "triton", "transformers", "liger", "tigon")
 ROW_KEYS = ("op", "shape", "dtype", "impl")
 IMPLS = ("tigon", "torch_eager", "torch_compile", "liger")
+WHOLE_MODEL = ("train_step", "decode")  # whole-model benchmarks: tables of their own, not the op table
 
 
 def normalize(record: dict) -> dict:
@@ -47,11 +48,16 @@ def runs(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
+def _whole_model(op: str) -> str | None:
+    return next((w for w in WHOLE_MODEL if op.startswith(w)), None)
+
+
 def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
     """The newest of the runs that measured the most (op, implementation) pairs (a full op table with its baselines,
     not a run of one op's extra shapes or of Tigon alone); with train_steps, the newest run of each whole-model step
     benchmark."""
-    picked = [[r for r in run if r["op"].startswith("train_step") == train_steps] for run in runs(rows).values()]
+    kind = "train_step" if train_steps else None
+    picked = [[r for r in run if _whole_model(r["op"]) == kind] for run in runs(rows).values()]
     picked = [run for run in picked if run]
     if train_steps:
         newest = {run[0]["op"]: run for run in picked}  # later runs replace earlier ones

@@ -1,0 +1,95 @@
+"""The model's forward as plain tensor code over its own modules and parameters: embedding, decoder blocks (pre-norm,
+Gemma's sandwich norms or OLMo 2's post-norms), final norm and logits with the family's multipliers and softcaps.
+
+The attention step is passed in (`attend(index, layer, q, k, v)`), so the prompt (SDPA, the cache written in one
+copy) and the decode step (one token against the static cache) share every other line.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tigon.inference._ops import _linear, _rope
+from tigon.inference._spec import Layer, Spec
+
+
+class Decoder:
+    def __init__(self, spec: Spec, max_seq_len: int) -> None:
+        self.spec = spec
+        self.rope_tables = {}  # rope key -> (cos, sin) [max_seq_len, R] in the model's dtype, as transformers rounds
+        positions = torch.arange(max_seq_len, device=spec.device)[None]
+        probe = torch.empty(0, dtype=spec.dtype, device=spec.device)
+        with torch.no_grad():
+            for key, (rotary, layer_type) in spec.rope_modules.items():
+                extra = () if layer_type is None else (layer_type,)
+                cos, sin = rotary(probe, positions, *extra)
+                self.rope_tables[key] = (cos[0], sin[0])
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        s = self.spec
+        h = s.backbone.embed_tokens(ids)
+        if s.embed_multiplier is not None:
+            m = s.embed_multiplier
+            h = h * (torch.tensor(m, dtype=h.dtype) if s.embed_multiplier_rounded else m)
+        return h
+
+    def hidden(self, h: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
+        """h [B, T, hidden] at positions [B, T] through every block and the final norm."""
+        s = self.spec
+        angles = {key: (cos[positions], sin[positions]) for key, (cos, sin) in self.rope_tables.items()}
+        for i, layer in enumerate(s.layers):
+            h = self._block(i, layer, h, *angles[layer.rope], attend)
+        return s.backbone.norm(h)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        s = self.spec
+        logits = _linear(h, s.model.lm_head.weight, s.model.lm_head.bias)
+        if s.logits_divisor != 1.0:
+            logits = logits / s.logits_divisor
+        if s.final_softcap is not None:
+            logits = torch.tanh(logits / s.final_softcap) * s.final_softcap
+        return logits
+
+    def _residual(self, h: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        m = self.spec.residual_multiplier
+        return h + (branch if m == 1.0 else branch * m)
+
+    def _block(self, i: int, layer: Layer, h, cos, sin, attend) -> torch.Tensor:
+        block, placement = layer.block, self.spec.placement
+        if placement == "post":
+            h = h + block.post_attention_layernorm(self._attention(i, layer, h, cos, sin, attend))
+            return h + block.post_feedforward_layernorm(self._mlp(layer.mlp, h))
+        a = self._attention(i, layer, block.input_layernorm(h), cos, sin, attend)
+        if placement == "sandwich":
+            h = h + block.post_attention_layernorm(a)
+            return h + block.post_feedforward_layernorm(self._mlp(layer.mlp, block.pre_feedforward_layernorm(h)))
+        h = self._residual(h, a)
+        return self._residual(h, self._mlp(layer.mlp, block.post_attention_layernorm(h)))
+
+    def _attention(self, i: int, layer: Layer, x, cos, sin, attend) -> torch.Tensor:
+        s, a = self.spec, layer.attn
+        b, t = x.shape[:2]
+        d = s.head_dim
+        if hasattr(a, "qkv_proj"):
+            q, k, v = _linear(x, a.qkv_proj.weight, a.qkv_proj.bias).split(
+                [s.heads * d, s.kv_heads * d, s.kv_heads * d], dim=-1
+            )
+        else:
+            q, k, v = (_linear(x, p.weight, p.bias) for p in (a.q_proj, a.k_proj, a.v_proj))
+        has_norms = hasattr(a, "q_norm")
+        if has_norms and not layer.head_norm:  # OLMo 2: over the whole projection
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k, v = (y.reshape(b, t, -1, d) for y in (q, k, v))
+        if has_norms and layer.head_norm:
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k = _rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        out = attend(i, layer, q, k, v.transpose(1, 2))
+        return _linear(out.transpose(1, 2).reshape(b, t, -1), a.o_proj.weight, a.o_proj.bias)
+
+    def _mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(mlp, "gate_up_proj"):  # Phi-3's fused projection: gate first
+            gate, up = _linear(x, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias).chunk(2, dim=-1)
+        else:
+            gate = _linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
+            up = _linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+        return _linear(self.spec.activation(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)

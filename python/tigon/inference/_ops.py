@@ -1,0 +1,84 @@
+"""The compute primitives the inference path calls, each in one function so that Tigon's decode kernels (a skinny
+GEMM for the projections, a split-KV attention over the static cache) replace its body without touching the loop.
+
+The bodies are torch (matmul, SDPA): correct on the CPU and on a GPU, and every one capturable in a CUDA graph (no
+host reads of device data, shapes fixed by their arguments).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias): every projection of the model, prompt and decode alike (a GEMV at batch 1)."""
+    return F.linear(x, weight, bias)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Rotate-half RoPE of [B, H, T, D] q and k by [B, T, R] tables, R <= D (the first R dims rotate: Phi-3's partial
+    rotary), in transformers' order of operations so the results match it bit for bit. Tables kept in fp32 (OLMo 2's)
+    rotate in fp32, rounded back to the input's dtype once."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    rotary = cos.shape[-1]
+
+    def turn(x):
+        x_rot, x_pass = x[..., :rotary], x[..., rotary:]
+        turned = ((x_rot * cos) + (_rotate_half(x_rot) * sin)).to(x.dtype)
+        return turned if x_pass.shape[-1] == 0 else torch.cat([turned, x_pass], dim=-1)
+
+    return turn(q), turn(k)
+
+
+def _grouped_attention(q, k, v, allowed, scale: float, softcap: float | None) -> torch.Tensor:
+    """Attention with the query heads of each KV head folded into one matrix product (no repeated K/V): q [B, H, T, D],
+    k and v [B, Hkv, S, D], allowed [B, T, S] (True: attend). Scores in q's dtype, softmax in fp32, as transformers'
+    eager attention computes them (softcap: c * tanh(scores / c), Gemma 2's)."""
+    b, h, t, d = q.shape
+    kv_heads, s = k.shape[1], k.shape[2]
+    groups = h // kv_heads
+    scores = torch.matmul(q.reshape(b, kv_heads, groups * t, d), k.transpose(-1, -2)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.view(b, kv_heads, groups, t, s).masked_fill(~allowed[:, None, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs.view(b, kv_heads, groups * t, s), v).view(b, h, t, d)
+
+
+def _prefill_attention(q, k, v, allowed, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """The prompt's attention: q [B, H, T, D] against k, v [B, Hkv, T, D]; allowed [B, T, T] or None for plain causal
+    attention (no padding, no window: SDPA's causal path, flash attention on a GPU). Returns [B, H, T, D]."""
+    if softcap is not None:  # SDPA has no logit softcap
+        if allowed is None:
+            allowed = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()[None]
+        return _grouped_attention(q, k, v, allowed, scale, softcap)
+    mask = None if allowed is None else allowed[:, None]
+    gqa = k.shape[1] != q.shape[1]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa)
+
+
+def _decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_len: torch.Tensor,
+    start: torch.Tensor,
+    scale: float,
+    softcap: float | None = None,
+    window: int | None = None,
+) -> torch.Tensor:
+    """One query token per sequence against its cache: q [B, H, 1, D], k_cache and v_cache [B, Hkv, S, D] (the
+    current token already written), cache_len a one-element device tensor (slots filled, the current one included),
+    start [B] the first slot each sequence uses (left padding before it). A sliding window keeps the last `window`
+    slots. Returns [B, H, 1, D]. Static shapes: the same call serves every step of a CUDA graph."""
+    slots = torch.arange(k_cache.shape[2], device=q.device)
+    allowed = (slots >= start[:, None]) & (slots < cache_len)
+    if window is not None:
+        allowed &= slots >= cache_len - window
+    return _grouped_attention(q, k_cache, v_cache, allowed[:, None], scale, softcap)

@@ -1,0 +1,202 @@
+"""What the decode loop needs to know about one Hugging Face model, read from its own modules and config.
+
+A Spec holds references to the model's modules and parameters (never copies) plus the per-family constants the
+forward applies outside its modules (Granite's multipliers, Gemma's softcaps, sliding windows). read_spec returns a
+reason string instead where the model is outside what the loop reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+# model_type -> where each block's norms sit: "pre" (norm, sublayer, residual), "sandwich" (Gemma 2/3: norms before
+# and after each sublayer), "post" (OLMo 2: the sublayer's output normed before the residual add)
+NORM_PLACEMENT = {
+    "llama": "pre",
+    "mistral": "pre",
+    "qwen2": "pre",
+    "qwen3": "pre",
+    "granite": "pre",
+    "gemma": "pre",
+    "phi3": "pre",
+    "gemma2": "sandwich",
+    "gemma3_text": "sandwich",
+    "olmo2": "post",
+}
+# RoPE types whose angles depend on the position alone; "dynamic" and "longrope" also qualify while every position
+# stays within the pre-training length (they rescale only past it)
+POSITION_ONLY_ROPE = {"default", "linear", "llama3", "yarn"}
+LENGTH_DEPENDENT_ROPE = {"dynamic", "longrope"}
+# families whose config.sliding_window applies to every layer (the others name sliding layers in layer_types)
+WINDOW_ON_EVERY_LAYER = {"mistral", "phi3"}
+# families that softcap attention scores by config.attn_logit_softcapping (Gemma 3 keeps the field but not the cap)
+ATTENTION_SOFTCAP = {"gemma2"}
+
+
+@dataclass
+class Layer:
+    block: nn.Module
+    attn: nn.Module
+    mlp: nn.Module
+    window: int | None  # sliding window (keys within window - 1 slots before the query), None: full
+    rope: str  # key into Spec's RoPE tables
+    head_norm: bool  # q/k norms over each head (Qwen3, Gemma 3) rather than over the whole projection (OLMo 2)
+
+
+@dataclass
+class Spec:
+    model: nn.Module
+    model_type: str
+    placement: str
+    layers: list[Layer]
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+    activation: object
+    attn_softcap: float | None
+    final_softcap: float | None
+    embed_multiplier: float | None  # Granite's embedding_multiplier, or sqrt(hidden) for a Gemma unscaled embedding
+    embed_multiplier_rounded: bool  # Gemma rounds its multiplier to the activations' dtype first
+    residual_multiplier: float  # Granite
+    logits_divisor: float  # Granite's logits_scaling
+    rope_modules: dict = field(default_factory=dict)  # rope key -> (rotary module, its layer_type argument or None)
+
+    @property
+    def backbone(self) -> nn.Module:
+        return self.model.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.lm_head.weight.dtype
+
+
+def _rope_parameters(config) -> list[dict]:
+    params = getattr(config, "rope_parameters", None) or {"rope_type": "default"}
+    nested = all(isinstance(v, dict) for v in params.values())  # Gemma 3: one entry per layer type
+    return [p for p in params.values() if p] if nested and params else [params]
+
+
+def _rope_problem(config, max_seq_len: int) -> str | None:
+    for p in _rope_parameters(config):
+        kind = p.get("rope_type", p.get("type", "default"))
+        if kind in POSITION_ONLY_ROPE:
+            continue
+        original = p.get("original_max_position_embeddings") or getattr(
+            config, "original_max_position_embeddings", None
+        )
+        if kind in LENGTH_DEPENDENT_ROPE and original and max_seq_len <= original:
+            continue
+        return f"RoPE type {kind!r}" + (f" past {original} positions" if kind in LENGTH_DEPENDENT_ROPE else "")
+    return None
+
+
+def _linears(layer) -> list[nn.Module | None]:
+    a, m = layer.self_attn, layer.mlp
+    qkv = ["qkv_proj"] if hasattr(a, "qkv_proj") else ["q_proj", "k_proj", "v_proj"]
+    gate_up = ["gate_up_proj"] if hasattr(m, "gate_up_proj") else ["gate_proj", "up_proj"]
+    return [getattr(a, n, None) for n in qkv + ["o_proj"]] + [getattr(m, n, None) for n in gate_up + ["down_proj"]]
+
+
+def _layer_problem(layer) -> str | None:
+    if any(type(m) is not nn.Linear for m in _linears(layer)):  # LoRA, quantized or remote-code projections
+        return "projections that are not plain nn.Linear modules (adapters, quantization or remote code)"
+    kind = getattr(layer.self_attn, "layer_type", None)
+    if kind not in (None, "full_attention", "sliding_attention"):
+        return f"attention layer type {kind!r}"
+    return None
+
+
+def _model_problem(model, config, max_seq_len: int) -> str | None:
+    model_type = getattr(config, "model_type", None)
+    if model_type not in NORM_PLACEMENT:
+        return f"model type {model_type!r} (supported: {', '.join(sorted(NORM_PLACEMENT))})"
+    backbone, head = getattr(model, "model", None), getattr(model, "lm_head", None)
+    if type(head) is not nn.Linear or not hasattr(backbone, "layers") or not hasattr(backbone, "embed_tokens"):
+        return f"{type(model).__name__} is not a decoder-only causal LM with the usual model / lm_head layout"
+    if getattr(config, "use_bidirectional_attention", False):
+        return "use_bidirectional_attention=True"
+    devices = {p.device for p in model.parameters()}
+    if len(devices) != 1 or next(iter(devices)).type == "meta":
+        return f"parameters spread over {sorted(map(str, devices))} (one device only)"
+    if not head.weight.is_floating_point():
+        return f"{head.weight.dtype} weights"
+    if getattr(config, "mlp_bias", False) and model_type not in ("llama", "granite"):
+        return "mlp_bias=True"
+    return _rope_problem(config, max_seq_len)
+
+
+def _rope_key(backbone, attn) -> tuple[str, tuple]:
+    """Which RoPE table a layer reads: Gemma 3's local and global layers have their own base frequencies."""
+    kind = getattr(attn, "layer_type", None)
+    rotary = backbone.rotary_emb
+    if "layer_type" in inspect.signature(rotary.forward).parameters:
+        return kind, (rotary, kind)
+    if kind == "sliding_attention" and hasattr(backbone, "rotary_emb_local"):  # older Gemma 3 releases
+        return kind, (backbone.rotary_emb_local, None)
+    return "global", (rotary, None)
+
+
+def read_spec(model, max_seq_len: int) -> Spec | str:
+    """The model's Spec, or why the decode loop cannot run it exactly (one line)."""
+    config = model.config
+    problem = _model_problem(model, config, max_seq_len)
+    backbone = model.model
+    for block in [] if problem else backbone.layers:
+        problem = problem or _layer_problem(block)
+    if problem:
+        return problem
+    from tigon.transformers._families import BY_MODEL_TYPE
+    from transformers.activations import ACT2FN
+
+    model_type = config.model_type
+    family = BY_MODEL_TYPE[model_type]
+    every_layer_window = getattr(config, "sliding_window", None) if model_type in WINDOW_ON_EVERY_LAYER else None
+    layers, ropes = [], {}
+    for block in backbone.layers:
+        attn = block.self_attn
+        key, rope = _rope_key(backbone, attn)
+        ropes[key] = rope
+        q_norm = getattr(attn, "q_norm", None)
+        layers.append(
+            Layer(
+                block=block,
+                attn=attn,
+                mlp=block.mlp,
+                window=getattr(attn, "sliding_window", None) or every_layer_window,
+                rope=key,
+                head_norm=q_norm is not None and q_norm.weight.shape[-1] == attn.head_dim,
+            )
+        )
+    first = layers[0].attn
+    scaled = "Scaled" in type(backbone.embed_tokens).__name__
+    embed_multiplier = getattr(config, "embedding_multiplier", None)
+    legacy_gemma = model_type.startswith("gemma") and not scaled  # releases that scale in the model's forward
+    if legacy_gemma:
+        embed_multiplier = config.hidden_size**0.5
+    return Spec(
+        model=model,
+        model_type=model_type,
+        placement=NORM_PLACEMENT[model_type],
+        layers=layers,
+        heads=config.num_attention_heads,
+        kv_heads=config.num_key_value_heads,
+        head_dim=first.head_dim,
+        scale=first.scaling,
+        activation=ACT2FN[getattr(config, family.act_attr)],
+        attn_softcap=getattr(config, "attn_logit_softcapping", None) if model_type in ATTENTION_SOFTCAP else None,
+        final_softcap=getattr(config, "final_logit_softcapping", None),
+        embed_multiplier=embed_multiplier,
+        embed_multiplier_rounded=legacy_gemma,
+        residual_multiplier=getattr(config, "residual_multiplier", 1.0),
+        logits_divisor=getattr(config, "logits_scaling", 1.0),
+        rope_modules=ropes,
+    )

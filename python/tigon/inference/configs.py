@@ -1,0 +1,54 @@
+"""Model shapes by name, for random-weight models built without a download: tiny ones for tests and CPU runs, and the
+Llama-3-8B shape the decode benchmark measures on a GPU."""
+
+from __future__ import annotations
+
+import torch
+
+TINY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+GEMMA = dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=16)
+CONFIGS = {
+    "tiny-llama": ("LlamaConfig", TINY),
+    "tiny-qwen3": ("Qwen3Config", dict(TINY, head_dim=16)),
+    "tiny-gemma2": ("Gemma2Config", dict(TINY, **GEMMA, final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    "tiny-gemma3": ("Gemma3TextConfig", dict(TINY, **GEMMA)),
+    "tiny-phi3": ("Phi3Config", TINY),
+    "llama-3-8b": (
+        "LlamaConfig",
+        dict(
+            vocab_size=128256,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            max_position_embeddings=8192,
+            rope_parameters=dict(rope_type="default", rope_theta=500000.0),
+            bos_token_id=128000,
+            eos_token_id=128001,
+        ),
+    ),
+}
+
+
+def build(name: str, dtype: torch.dtype = torch.float32, device="cpu", seed: int = 0):
+    """A causal LM of the named shape with random weights (initialised on the device, in dtype)."""
+    import transformers
+
+    cls, kwargs = CONFIGS[name]
+    config = getattr(transformers, cls)(**kwargs)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
