@@ -2,6 +2,7 @@
 
 from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
+from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.rms_norm import rms_norm
@@ -10,13 +11,17 @@ from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
 __all__ = [
     "cross_entropy",
+    "distill",
     "flash_attention",
     "fused_linear_cross_entropy",
     "geglu",
     "geglu_fused",
+    "jsd",
+    "kl_div",
     "layer_norm",
     "rms_norm",
     "rope",
     "swiglu",
     "swiglu_fused",
+    "tvd",
 ]
