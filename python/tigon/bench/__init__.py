@@ -2,7 +2,8 @@
 
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in _RUNNERS.
 The whole-model training steps (Hugging Face models, minutes on a GPU) run only when asked for: --ops train_step, and
-on 2+ GPUs train_step_fsdp2 / train_step_ddp; the post-training losses (DPO, GRPO) with --ops post_training.
+on 2+ GPUs train_step_fsdp2 / train_step_ddp; the post-training losses (DPO, GRPO) with --ops post_training, fused linear JSD
+with --ops post_training_distill.
 ``python -m tigon.bench.report --markdown`` prints the results table.
 """
 
@@ -15,9 +16,11 @@ _RUNNERS = {
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
     "cross_entropy": ("cross_entropy", "run"),
+    "distill": ("distill", "run"),
     "fused_linear_cross_entropy": ("fused_linear_cross_entropy", "run"),
     "attention": ("attention", "run"),
     "post_training": ("post_training", "run"),
+    "post_training_distill": ("distill", "run_fused"),
     "train_step": ("train_step", "run"),
     "train_step_fsdp2": ("train_step_distributed", "run_fsdp2"),
     "train_step_ddp": ("train_step_distributed", "run_ddp"),
