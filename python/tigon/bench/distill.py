@@ -19,9 +19,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.cross_entropy import _check, _time_impl
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
-from tigon.bench.report import Skip, progress
+from tigon.bench.cross_entropy import measure_logits
+from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked
+from tigon.bench.post_training import time_with_tflops
+from tigon.bench.report import Skip
 
 OPS = {"distill_kl": "kl", "distill_jsd": "jsd"}
 GPU_SHAPES = [(8192, 128256)]
@@ -105,22 +106,8 @@ def run(args, ctx) -> list[dict]:
             nbytes = {"fwd": 2 * M * V * elt, "bwd": 2 * M * V * elt, "full": 3 * M * V * elt}
             if "torch_compile" in fns:
                 torch._dynamo.reset()
-            xr = x.detach().float().requires_grad_(True)
-            ref_loss = eager_divergence(kind, xr, t)
-            (ref_grad,) = torch.autograd.grad(ref_loss, xr)
-            ref_loss = ref_loss.item()
-            checks = run_checks(fns, lambda f: _check(f[0], f[1], x, t, ref_loss, ref_grad))
-            del xr, ref_grad
-            results += time_checked(
-                op,
-                f"{op} {M}x{V}",
-                shape,
-                fns,
-                checks,
-                lambda f: _time_impl(f[0], f[1], x, t, ctx, names[id(f)]),
-                nbytes,
-                ctx,
-            )
+            reference = lambda a, b, kind=kind: eager_divergence(kind, a, b)  # noqa: E731
+            results += measure_logits(op, shape, fns, names, x, t, reference, nbytes, ctx)
             del x, t
     return results
 
@@ -192,16 +179,8 @@ def run_fused(args, ctx) -> list[dict]:
         )
         del ref
 
-        def time_one(fn):
-            times = time_fwd_bwd(label, fn, inputs, (0, 1), None, ctx)
-            for key in ("full", "full_graph", "full_dev"):
-                ms = times.get(f"{key}_ms")
-                times[f"tflops_{key}"] = flop / (ms * 1e-3) / 1e12 if ms else None
-            if ctx.device.type == "cuda":
-                progress(
-                    f"{label}: {times['full_ms']:.1f} ms forward + backward, peak {times['peak_mib'] / 1024:.2f} GiB"
-                )
-            return times
+        def time_one(fn, label=label, inputs=inputs, flop=flop):
+            return time_with_tflops(label, fn, inputs, flop, ctx)
 
         results += time_checked(OP_FUSED, label, shape, fns, checks, time_one, nbytes, ctx)
         del inputs
