@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tigon/cross_entropy.h"
+#include "tigon/distill.h"
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/gemv.h"
@@ -242,6 +243,20 @@ inline void cross_entropy_fwd(const TensorView& logits, const TensorView& target
 
 inline void cross_entropy_bwd(const TensorView& grad, const TensorView& grad_output, void* stream = nullptr) {
   check(tigon_cross_entropy_bwd(grad, grad_output, stream));
+}
+
+inline size_t distill_fwd_workspace_size(const TensorView& student) {
+  size_t bytes = 0;
+  check(tigon_distill_fwd_workspace_size(student, &bytes));
+  return bytes;
+}
+
+// The backward is cross_entropy_bwd (the gradient times grad_output, in place).
+inline void distill_fwd(const TensorView& student, const TensorView& teacher, const TensorView* labels,
+                        const TensorView& loss, const TensorView* grad, tigon_distill_params params, void* workspace,
+                        size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_distill_fwd(student, teacher, detail::opt(labels), loss, detail::opt(grad), params, workspace,
+                          workspace_bytes, stream));
 }
 
 // Workspace bytes (0 on the CPU) and tokens per chunk.

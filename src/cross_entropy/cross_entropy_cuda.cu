@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/async_copy.cuh"
+#include "common/cluster_launch.h"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "cross_entropy/cross_entropy.h"
@@ -192,19 +193,9 @@ void launch_totals(const RowArgs& a, float* totals, cudaStream_t stream) {
 void launch_finish(const RowArgs& a, float* loss, float* z_loss, float* accuracy, int reduction, cudaStream_t stream,
                    bool follows_rows) {
   const Outputs o{loss, z_loss, accuracy, reduction};
-  if (follows_rows) {  // saves the launch latency after the row kernel's last block (refused: a plain launch)
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(kSerialThreads);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, finish_kernel, a, o) == cudaSuccess) return;
-    (void)cudaGetLastError();
-  }
+  // As the row kernel's dependent: saves the launch latency after its last block (refused: a plain launch).
+  cuda::LaunchConfig c(dim3(1), dim3(kSerialThreads), 0, stream);
+  if (cuda::try_launch(c, follows_rows, finish_kernel, a, o)) return;
   finish_kernel<<<1, kSerialThreads, 0, stream>>>(a, o);
   TIGON_CUDA_CHECK_LAUNCH();
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cluster_launch.h"
 #include "common/cuda_check.h"
 #include "cross_entropy/cross_entropy_kernels.cuh"
 #include "cross_entropy/cross_entropy_launch.h"
@@ -18,31 +19,17 @@
 
 namespace tigon::cross_entropy {
 
+using cuda::active_clusters;
+using cuda::allow_max_smem;
+using cuda::device_limits;
+using cuda::DeviceLimits;
+
 // Threads per row: enough for ~4 vectors each on short rows, kMaxThreads on long ones (128256 bf16 logits: 16032
 // vectors, 32 per thread), always whole warps.
 inline int row_threads(int64_t cols, int per_vec) {
   const int64_t vecs = (cols + per_vec - 1) / per_vec;
   const int64_t want = (vecs + 3) / 4;
   return int(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kern::kMaxThreads));
-}
-
-// What the launchers need to know about the current device, asked once per device.
-struct DeviceLimits {
-  int smem_block = 0, smem_sm = 0;  // opt-in shared memory per block and per SM (bytes)
-};
-inline DeviceLimits device_limits() {
-  static std::mutex mu;
-  static std::vector<DeviceLimits> cache;
-  int dev = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev >= int(cache.size())) cache.resize(dev + 1);
-  DeviceLimits& d = cache[dev];
-  if (d.smem_block == 0) {
-    TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  }
-  return d;
 }
 
 // The cluster kernel's split of a row of nvec 16-byte vectors over its blocks, one buffer each. By default the fewest
@@ -108,36 +95,6 @@ inline ClusterPlan cluster_plan(int64_t nvec, bool grad, int forced, const Devic
   return p;
 }
 
-// Lets a kernel use all the opt-in shared memory: once per kernel and device (a host call costs microseconds). Keyed
-// by the kernel's address: every instantiation has the same type, and each needs its own attribute.
-inline void allow_max_smem(const void* kernel, const DeviceLimits& d, int dev) {
-  static std::mutex mu;
-  static std::set<std::pair<int, const void*>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert({dev, kernel}).second) return;
-  cudaFuncAttributes attr{};
-  TIGON_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        d.smem_block - int(attr.sharedSizeBytes)));
-}
-
-// How many clusters of this shape can be resident at once (0: none, and a launch would fail: a cluster's blocks must
-// fit in one GPC at once), asked once per kernel, device and shape.
-inline int active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int dev) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, const void*, unsigned, unsigned, size_t>, int> cache;
-  const auto key = std::make_tuple(dev, kernel, cfg.attrs[0].val.clusterDim.x, cfg.blockDim.x, cfg.dynamicSmemBytes);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();  // a refused query is an answer, not an error to report later
-    n = 0;
-  }
-  return cache[key] = std::max(n, 0);
-}
-
 // Launches the cluster kernel with plan p, one cluster per row. False (and nothing launched, no error left behind)
 // when the cluster cannot be placed or the launch is refused, so the caller tries another size or the classic kernel.
 // With pdl, launched as a programmatic dependent of the kernel before it in the stream (the totals kernel, which
@@ -151,30 +108,10 @@ bool launch_cluster(const RowArgs& a, const ClusterPlan& p, const DeviceLimits& 
   int dev = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&dev));
   allow_max_smem(key, d, dev);
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(p.csize);
-  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(a.rows * p.csize));  // a multiple of the cluster size
-  cfg.blockDim = dim3(unsigned(p.threads));
-  cfg.dynamicSmemBytes = p.smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const int resident = active_clusters(key, cfg, dev);
-  if (resident == 0) return false;
-  if (pdl) {
-    cfg.numAttrs = 2;
-    if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
-    (void)cudaGetLastError();
-    cfg.numAttrs = 1;
-  }
-  if (cudaLaunchKernelEx(&cfg, kernel, a, p.sh) == cudaSuccess) return true;
-  (void)cudaGetLastError();  // a configuration error is not sticky: clear it and run another kernel instead
-  return false;
+  cuda::LaunchConfig c(dim3(unsigned(a.rows * p.csize)), dim3(unsigned(p.threads)), p.smem, stream,
+                       unsigned(p.csize));  // the grid: a multiple of the cluster size
+  if (active_clusters(key, c.cfg, dev) == 0) return false;
+  return cuda::try_launch(c, pdl, kernel, a, p.sh);
 }
 
 template <class T, int O>

@@ -2,8 +2,9 @@
 
 Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py) + one line in _RUNNERS.
 The whole-model training steps (Hugging Face models, minutes on a GPU) run only when asked for: --ops train_step, and
-on 2+ GPUs train_step_fsdp2 / train_step_ddp; the post-training losses (DPO, GRPO) with --ops post_training;
-generation speed (tigon.optimize_model against transformers' generate) with --ops decode.
+on 2+ GPUs train_step_fsdp2 / train_step_ddp; the post-training losses (DPO, GRPO) with --ops post_training, fused
+linear JSD with --ops post_training_distill; generation speed (tigon.optimize_model against transformers' generate)
+with --ops decode.
 ``python -m tigon.bench.report --markdown`` prints the results table.
 """
 
@@ -17,11 +18,13 @@ _RUNNERS = {
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
     "cross_entropy": ("cross_entropy", "run"),
+    "distill": ("distill", "run"),
     "fused_linear_cross_entropy": ("fused_linear_cross_entropy", "run"),
     "attention": ("attention", "run"),
     "gemv": ("gemv", "run"),
     "decode_attention": ("decode_attention", "run"),
     "post_training": ("post_training", "run"),
+    "post_training_distill": ("distill", "run_fused"),
     "train_step": ("train_step", "run"),
     "train_step_fsdp2": ("train_step_distributed", "run_fsdp2"),
     "train_step_ddp": ("train_step_distributed", "run_ddp"),
@@ -29,8 +32,8 @@ _RUNNERS = {
 }
 # Run only when asked for: the whole-model training steps and generation, and the post-training losses (composites
 # of fused_linear_cross_entropy, which the default list already measures).
-_ON_REQUEST = ("train_step", "post_training", "decode")
-DEFAULT_OPS = [op for op in _RUNNERS if not op.startswith(_ON_REQUEST)]
+_ON_REQUEST = ("train_step", "post_training")
+DEFAULT_OPS = [op for op in _RUNNERS if not op.startswith(_ON_REQUEST) and op != "decode"]
 
 
 def __getattr__(name):

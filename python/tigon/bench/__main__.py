@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     if args.record:
         records.append(results, args.record)
         progress(f"appended {len(results)} rows to {args.record}")
-    op_rows = [r for r in results if not r["op"].startswith(records.WHOLE_MODEL)]  # their own tables, no chart
+    op_rows = [r for r in results if records.whole_model(r["op"]) is None]  # whole-model rows: own tables, no chart
     if not args.no_chart:
         for path in draw_charts(op_rows, args.out):
             progress(f"wrote {path}")

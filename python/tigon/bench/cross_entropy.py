@@ -84,6 +84,19 @@ def _check(fn, overwrites, x, t, ref_loss, ref_grad) -> dict:
     return {"err_loss": abs(loss.item() - ref_loss), "err_dx": (g.float() - ref_grad).abs().max().item()}
 
 
+def measure_logits(op, shape, fns, names, x, t, reference, nbytes, ctx) -> list[dict]:
+    """Every implementation of fn(logits, t) checked against reference(fp32 logits, t) and timed on one shape."""
+    xr = x.detach().float().requires_grad_(True)
+    ref_loss = reference(xr, t)
+    (ref_grad,) = torch.autograd.grad(ref_loss, xr)
+    ref_loss = ref_loss.item()
+    checks = run_checks(fns, lambda f: _check(f[0], f[1], x, t, ref_loss, ref_grad))
+    del xr, ref_grad
+    label = f"{op} {'x'.join(map(str, shape))}"
+    time = lambda f: _time_impl(f[0], f[1], x, t, ctx, names[id(f)])  # noqa: E731
+    return time_checked(op, label, shape, fns, checks, time, nbytes, ctx)
+
+
 def run(args, ctx) -> list[dict]:
     fns = make_impls(OP, IMPLS, args, ctx)
     names = {id(f): name for name, f in fns.items()}  # for notes about one implementation
@@ -100,21 +113,6 @@ def run(args, ctx) -> list[dict]:
         if "torch_compile" in fns:
             torch._dynamo.reset()
 
-        xr = x.detach().float().requires_grad_(True)
-        ref_loss = hf_loss(xr, t)
-        (ref_grad,) = torch.autograd.grad(ref_loss, xr)
-        ref_loss = ref_loss.item()
-        checks = run_checks(fns, lambda f: _check(f[0], f[1], x, t, ref_loss, ref_grad))
-        del xr, ref_grad
-        results += time_checked(
-            OP,
-            f"{OP} {M}x{V}",
-            shape,
-            fns,
-            checks,
-            lambda f: _time_impl(f[0], f[1], x, t, ctx, names[id(f)]),
-            nbytes,
-            ctx,
-        )
+        results += measure_logits(OP, shape, fns, names, x, t, hf_loss, nbytes, ctx)
         del x, t
     return results

@@ -108,6 +108,17 @@ def _errors(got, ref) -> dict:
     return {f"err_{k}": (g.float() - r.float()).abs().max().item() for k, g, r in zip(("y", "dx", "dw"), got, ref)}
 
 
+def time_with_tflops(label, fn, inputs, flop, ctx) -> dict:
+    """time_fwd_bwd of fn(*inputs) with gradients of the first two inputs, plus TFLOP/s of flop per call."""
+    times = time_fwd_bwd(label, fn, inputs, (0, 1), None, ctx)
+    for key in ("full", "full_graph", "full_dev"):
+        ms = times.get(f"{key}_ms")
+        times[f"tflops_{key}"] = flop / (ms * 1e-3) / 1e12 if ms else None
+    if ctx.device.type == "cuda":
+        progress(f"{label}: {times['full_ms']:.1f} ms forward + backward, peak {times['peak_mib'] / 1024:.2f} GiB")
+    return times
+
+
 def run(args, ctx) -> list[dict]:
     results = []
     for op in (OP_DPO, OP_GRPO):
@@ -126,16 +137,7 @@ def run(args, ctx) -> list[dict]:
             del ref
 
             def time_one(fn, label=label, inputs=inputs):
-                times = time_fwd_bwd(label, fn, inputs, (0, 1), None, ctx)
-                for key in ("full", "full_graph", "full_dev"):
-                    ms = times.get(f"{key}_ms")
-                    times[f"tflops_{key}"] = flop / (ms * 1e-3) / 1e12 if ms else None
-                if ctx.device.type == "cuda":
-                    progress(
-                        f"{label}: {times['full_ms']:.1f} ms forward + backward, peak "
-                        f"{times['peak_mib'] / 1024:.2f} GiB"
-                    )
-                return times
+                return time_with_tflops(label, fn, inputs, flop, ctx)
 
             results += time_checked(op, label, shape, fns, checks, time_one, nbytes, ctx)
             del inputs

@@ -48,8 +48,12 @@ def runs(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
-def _whole_model(op: str) -> str | None:
-    return next((w for w in WHOLE_MODEL if op.startswith(w)), None)
+def whole_model(op: str) -> str | None:
+    """Which whole-model benchmark a row's op belongs to (train_step and its distributed forms, decode), or None for
+    an op (decode_attention is an op)."""
+    if op.startswith("train_step"):
+        return "train_step"
+    return "decode" if op == "decode" else None
 
 
 def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
@@ -57,7 +61,7 @@ def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
     not a run of one op's extra shapes or of Tigon alone); with train_steps, the newest run of each whole-model step
     benchmark."""
     kind = "train_step" if train_steps else None
-    picked = [[r for r in run if _whole_model(r["op"]) == kind] for run in runs(rows).values()]
+    picked = [[r for r in run if whole_model(r["op"]) == kind] for run in runs(rows).values()]
     picked = [run for run in picked if run]
     if train_steps:
         newest = {run[0]["op"]: run for run in picked}  # later runs replace earlier ones

@@ -3,10 +3,12 @@ comes from tigon.ops.fused_linear_cross_entropy (reduction="none"), chunked by m
 
 selective_log_probs is the core; the modules are drop-ins for Liger-Kernel's chunked losses (same constructor and
 forward arguments, same outputs): DPO and variants, ORPO, CPO, SimPO, KTO and GRPO (with DAPO, Dr. GRPO, BNPO,
-CISPO, SAPO, GSPO's sequence-level ratios).
+CISPO, SAPO, GSPO's sequence-level ratios), and distillation (JSD, KL, TVD with a hard cross-entropy term) on
+tigon.ops.distill.
 """
 
 from tigon.losses.cpo import FusedLinearCPOLoss, FusedLinearSimPOLoss
+from tigon.losses.distill import FusedLinearDistillationLoss, FusedLinearJSDLoss, fused_linear_distillation
 from tigon.losses.dpo import DPO_LOSS_TYPES, FusedLinearDPOLoss
 from tigon.losses.grpo import GRPO_LOSS_TYPES, FusedLinearGRPOLoss
 from tigon.losses.kto import FusedLinearKTOLoss, kto_kl
@@ -26,4 +28,7 @@ __all__ = [
     "kto_kl",
     "DPO_LOSS_TYPES",
     "GRPO_LOSS_TYPES",
+    "FusedLinearJSDLoss",
+    "FusedLinearDistillationLoss",
+    "fused_linear_distillation",
 ]

@@ -1,6 +1,7 @@
 """Drop-in torch.nn modules backed by Tigon's ops."""
 
 from tigon.nn.cross_entropy import CrossEntropyLoss
+from tigon.nn.distill import JSD, KLDivLoss, TVDLoss
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
@@ -14,9 +15,12 @@ __all__ = [
     "FusedLinearCrossEntropyLoss",
     "GemmaMLP",
     "GemmaRMSNorm",
+    "JSD",
+    "KLDivLoss",
     "LayerNorm",
     "LlamaMLP",
     "Phi3MLP",
     "RMSNorm",
+    "TVDLoss",
     "apply_rotary_pos_emb",
 ]

@@ -3,6 +3,7 @@
 from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.decode_attention import decode_attention
+from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.gemv import gemv
 from tigon.ops.layer_norm import layer_norm
@@ -14,14 +15,18 @@ __all__ = [
     "add_rms_norm",
     "cross_entropy",
     "decode_attention",
+    "distill",
     "flash_attention",
     "fused_linear_cross_entropy",
     "gemv",
     "geglu",
     "geglu_fused",
+    "jsd",
+    "kl_div",
     "layer_norm",
     "rms_norm",
     "rope",
     "swiglu",
     "swiglu_fused",
+    "tvd",
 ]
