@@ -7,11 +7,13 @@
  * cache_seqlens is int32 [batch] on the tensors' device: sequence b's cache holds L_b valid positions 0 .. L_b - 1,
  * the tq new tokens' keys and values included (written there before the call). The library never reads it on the
  * host: on the CPU values outside [0, s_max] are an error, on CUDA they are clamped to that range.
+ * cache_starts (NULL: all 0) is int32 [batch] like it: sequence b's keys start at position S_b, those before it (a
+ * left-padded batch's padding) are never visible; 0 <= S_b <= L_b on the CPU, clamped to that range on CUDA.
  *
  * Math, per sequence b, query head h (key/value head h / (heads_q / heads_kv): grouped-query attention) and new token
  * t < tq, which sits at position i = L_b - tq + t (the causal diagonal aligned bottom-right to the cache length):
  *   s_j = scale * q . k_j;  if softcap > 0: s_j = softcap * tanh(s_j / softcap)   (Gemma 2)
- *   key j < L_b is visible when j <= i and, with window_left >= 0, j >= i - window_left (a sliding window of
+ *   key j < L_b is visible when S_b <= j <= i and, with window_left >= 0, j >= i - window_left (a sliding window of
  *   window_left + 1 keys, the token's own included: Mistral's sliding_window is window_left + 1);
  *   out = sum_j p_j v_j with p_j = exp(s_j - lse) over visible keys, lse = log sum_j exp(s_j); rounded once to out's
  *   dtype. A token with no visible key (L_b < tq puts it before the cache) gets out = 0 and lse = -inf.
@@ -45,12 +47,12 @@ TIGON_API tigon_status_t tigon_decode_attention_workspace_size(const tigon_tenso
                                                                const tigon_tensor* v_cache,
                                                                tigon_decode_attention_params params, size_t* bytes);
 
-/* out (and lse when not NULL). stream: a cudaStream_t, ignored on the CPU. */
+/* out (and lse when not NULL); cache_starts may be NULL. stream: a cudaStream_t, ignored on the CPU. */
 TIGON_API tigon_status_t tigon_decode_attention(const tigon_tensor* q, const tigon_tensor* k_cache,
                                                 const tigon_tensor* v_cache, const tigon_tensor* cache_seqlens,
-                                                const tigon_tensor* out, const tigon_tensor* lse,
-                                                tigon_decode_attention_params params, void* workspace,
-                                                size_t workspace_bytes, void* stream);
+                                                const tigon_tensor* cache_starts, const tigon_tensor* out,
+                                                const tigon_tensor* lse, tigon_decode_attention_params params,
+                                                void* workspace, size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

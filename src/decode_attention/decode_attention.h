@@ -28,6 +28,7 @@ struct Problem {
   Shape s;
   Tensor4 q, k, v, out;
   const int32_t* seqlens = nullptr;  // [batch], device memory on CUDA
+  const int32_t* starts = nullptr;   // [batch] first visible key, or nullptr (all 0)
   float* lse = nullptr;              // [batch, heads_q, tq] or nullptr
 };
 

@@ -105,18 +105,22 @@ Shape build_shape(View* q, View* k, View* v, const tigon_tensor* q_in, const tig
   return s;
 }
 
-const int32_t* check_seqlens(const tigon_tensor* in, const View& q, int64_t s_max) {
-  const tigon_tensor& t = require(in, "cache_seqlens");
-  check_same_device(*q.t, "q", t, "cache_seqlens");
-  check_dtype_in(dtype_of(t, "cache_seqlens"), "cache_seqlens", {DType::kInt32});
+// An int32 [batch] of cache positions (cache_seqlens, cache_starts) whose entry b must lie in [0, upper(b)]. Host
+// values are checked in full; the CUDA path cannot read them without a synchronisation (the kernels clamp them).
+template <class Upper>
+const int32_t* check_positions(const tigon_tensor* in, const char* arg, const View& q, const char* upper_name,
+                               Upper upper) {
+  const tigon_tensor& t = require(in, arg);
+  check_same_device(*q.t, "q", t, arg);
+  check_dtype_in(dtype_of(t, arg), arg, {DType::kInt32});
   if (t.ndim != 1 || t.shape[0] != q.batch)
-    fail_arg("cache_seqlens", "must be 1-D [batch] = [", q.batch, "], got shape ", shape_string(t));
-  const auto* lens = static_cast<const int32_t*>(as_vector(t, "cache_seqlens", q.batch));
-  if (!is_cuda(t))  // host values are checked in full; the CUDA path cannot read them without a synchronisation
+    fail_arg(arg, "must be 1-D [batch] = [", q.batch, "], got shape ", shape_string(t));
+  const auto* pos = static_cast<const int32_t*>(as_vector(t, arg, q.batch));
+  if (!is_cuda(t))
     for (int64_t b = 0; b < q.batch; ++b)
-      if (lens[b] < 0 || lens[b] > s_max)
-        fail_arg("cache_seqlens", "entry ", b, " is ", lens[b], ", outside [0, s_max = ", s_max, "]");
-  return lens;
+      if (pos[b] < 0 || pos[b] > upper(b))
+        fail_arg(arg, "entry ", b, " is ", pos[b], ", outside [0, ", upper_name, " = ", upper(b), "]");
+  return pos;
 }
 
 float* check_lse(const tigon_tensor* in, const View& q) {
@@ -151,14 +155,19 @@ tigon_status_t tigon_decode_attention_workspace_size(const tigon_tensor* q, cons
 }
 
 tigon_status_t tigon_decode_attention(const tigon_tensor* q, const tigon_tensor* k_cache, const tigon_tensor* v_cache,
-                                      const tigon_tensor* cache_seqlens, const tigon_tensor* out,
-                                      const tigon_tensor* lse, tigon_decode_attention_params params, void* workspace,
-                                      size_t workspace_bytes, void* stream) {
+                                      const tigon_tensor* cache_seqlens, const tigon_tensor* cache_starts,
+                                      const tigon_tensor* out, const tigon_tensor* lse,
+                                      tigon_decode_attention_params params, void* workspace, size_t workspace_bytes,
+                                      void* stream) {
   return api_guard("tigon_decode_attention", [&] {
     Problem p;
     View qv, kv, vv;
     p.s = build_shape(&qv, &kv, &vv, q, k_cache, v_cache, params);
-    p.seqlens = check_seqlens(cache_seqlens, qv, p.s.s_max);
+    const int64_t s_max = p.s.s_max;
+    p.seqlens = check_positions(cache_seqlens, "cache_seqlens", qv, "s_max", [&](int64_t) { return s_max; });
+    if (cache_starts)
+      p.starts = check_positions(cache_starts, "cache_starts", qv, "cache_seqlens",
+                                 [&](int64_t b) { return int64_t(p.seqlens[b]); });
     const View ov = as_view(out, "out", "[batch, tq, heads_q, head_dim]");
     check_same_device(*qv.t, "q", *ov.t, "out");
     check_dtype_in(ov.dtype, "out", {qv.dtype});
@@ -166,7 +175,11 @@ tigon_status_t tigon_decode_attention(const tigon_tensor* q, const tigon_tensor*
       fail_arg("out", "must have q's shape ", shape_string(*qv.t), ", got ", shape_string(*ov.t));
     if (is_cuda(*ov.t)) check_cuda_aligned(ov);
     if (lse) p.lse = check_lse(lse, qv);
-    const Span inputs[] = {{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"cache_seqlens", cache_seqlens}};
+    const Span inputs[] = {{"q", q},
+                           {"k_cache", k_cache},
+                           {"v_cache", v_cache},
+                           {"cache_seqlens", cache_seqlens},
+                           {"cache_starts", cache_starts}};
     check_no_overlap({{"out", out}, {"lse", lse}}, inputs);
     p.q = qv.t4;
     p.k = kv.t4;

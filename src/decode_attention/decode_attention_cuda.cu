@@ -86,13 +86,39 @@ void run_cuda(const Problem& pr, void* workspace, size_t, void* stream_ptr) {
   const Plan p = make_plan(s, sm_count(device));
   float* part_out = p.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   float* part_lse = part_out ? part_out + s.batch * s.heads_q * s.tq * p.splits * s.head_dim : nullptr;
-  const kern::Args a{
-      pr.q.data,         pr.k.data,          pr.v.data,         pr.seqlens,      pr.out.data,       pr.lse,
-      part_out,          part_lse,           pr.q.batch_stride, pr.q.seq_stride, pr.q.head_stride,  pr.k.batch_stride,
-      pr.k.seq_stride,   pr.k.head_stride,   pr.v.batch_stride, pr.v.seq_stride, pr.v.head_stride,  pr.out.batch_stride,
-      pr.out.seq_stride, pr.out.head_stride, int(s.batch),      int(s.tq),       int(s.heads_q),    int(s.heads_kv),
-      int(s.group()),    int(s.s_max),       int(p.splits),     int(p.chunk),    int(p.row_blocks), s.scale,
-      s.softcap,         int(s.window_left)};
+  const kern::Args a{pr.q.data,
+                     pr.k.data,
+                     pr.v.data,
+                     pr.seqlens,
+                     pr.starts,
+                     pr.out.data,
+                     pr.lse,
+                     part_out,
+                     part_lse,
+                     pr.q.batch_stride,
+                     pr.q.seq_stride,
+                     pr.q.head_stride,
+                     pr.k.batch_stride,
+                     pr.k.seq_stride,
+                     pr.k.head_stride,
+                     pr.v.batch_stride,
+                     pr.v.seq_stride,
+                     pr.v.head_stride,
+                     pr.out.batch_stride,
+                     pr.out.seq_stride,
+                     pr.out.head_stride,
+                     int(s.batch),
+                     int(s.tq),
+                     int(s.heads_q),
+                     int(s.heads_kv),
+                     int(s.group()),
+                     int(s.s_max),
+                     int(p.splits),
+                     int(p.chunk),
+                     int(p.row_blocks),
+                     s.scale,
+                     s.softcap,
+                     int(s.window_left)};
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   switch (s.dtype) {
     case DType::kBFloat16: return launch<__nv_bfloat16>(a, p, s.head_dim, stream);

@@ -32,6 +32,7 @@ struct Args {
   const void* k;
   const void* v;
   const int32_t* seqlens;
+  const int32_t* starts;  // nullptr: every sequence's keys start at 0
   void* out;
   float* lse;       // [batch, heads_q, tq] or nullptr
   float* part_out;  // [batch, heads_q, tq, splits, head_dim] when split, else nullptr
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(kThreads) decode(const Args a) {
   const int slot = threadIdx.x / kLanes, vec = threadIdx.x % kLanes;
   const bool active = vec < kVecs;  // lanes past the head row (head_dim 80, 96) only join the shuffles
   const int len = min(max(a.seqlens[b], 0), a.s_max);
+  const int start = a.starts ? min(max(a.starts[b], 0), len) : 0;  // keys before it (left padding) stay hidden
 
   // The block's query rows: row rr of the group is query head hkv * group + rr / tq, new token rr % tq.
   int head[RB], tok[RB];
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) decode(const Args a) {
 
   // Cache positions this block reads: its chunk, within the sequence and the earliest token's window.
   const int first_pos = len - a.tq;  // position of new token 0
-  int lo = split * a.chunk, hi = min(lo + a.chunk, len);
+  int lo = max(split * a.chunk, start), hi = min(split * a.chunk + a.chunk, len);
   if (a.window_left >= 0) lo = max(lo, first_pos - a.window_left);
 
   float m[RB], l[RB], o[RB][8];

@@ -24,12 +24,13 @@ void run_cpu(const Problem& p) {
   const Shape& s = p.s;
   const int64_t D = s.head_dim;
   for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t len = p.seqlens[b];  // checked to lie in [0, s_max] by the C API
+    const int64_t len = p.seqlens[b];                  // checked to lie in [0, s_max] by the C API
+    const int64_t start = p.starts ? p.starts[b] : 0;  // and this in [0, len]
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const int64_t hk = h / s.group();
       for (int64_t t = 0; t < s.tq; ++t) {
         const int64_t i = len - s.tq + t;  // the token's position in the cache
-        const int64_t first = s.window_left >= 0 ? std::max<int64_t>(0, i - s.window_left) : 0;
+        const int64_t first = std::max(start, s.window_left >= 0 ? i - s.window_left : 0);
         const int64_t last = std::min(i, len - 1);
         std::vector<double> out(D, 0.0);
         double lse = -std::numeric_limits<double>::infinity();

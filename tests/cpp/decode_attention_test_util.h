@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,10 +18,12 @@ struct DecodeCase {
   DType dtype = DType::kBFloat16;
   int64_t tq = 1, s_max = 40, heads_q = 4, heads_kv = 1, head_dim = 64;
   std::vector<int32_t> lens = {40, 1, 17};  // cache_seqlens: the batch is its size
+  std::vector<int32_t> starts;              // cache_starts (left padding), empty: none
   int32_t window_left = -1;
   float softcap = 0.f;
   bool bhsd = false;  // cache stored (B, H, S, D), passed permuted
   int64_t batch() const { return int64_t(lens.size()); }
+  int64_t start(int64_t b) const { return starts.empty() ? 0 : starts[size_t(b)]; }
   float scale() const { return float(1.0 / std::sqrt(double(head_dim))); }
   tigon_decode_attention_params params() const { return {scale(), softcap, window_left}; }
 };
@@ -43,11 +46,19 @@ struct DecodeHost {
     k.fill_random(rng);
     v.fill_random(rng);
     out.poison();
-    // Cache rows past each sequence's length hold NaN: a kernel that reads one fails.
+    // Cache rows before each sequence's start and past its length hold NaN: a kernel that reads one fails.
     for (int64_t b = 0; b < c.batch(); ++b)
-      for (int64_t s = c.lens[b]; s < c.s_max; ++s)
-        for (int64_t h = 0; h < c.heads_kv; ++h)
-          for (int64_t d = 0; d < c.head_dim; ++d) k.set(b, s, h, d, std::nan("")), v.set(b, s, h, d, std::nan(""));
+      for (int64_t s = 0; s < c.s_max; ++s)
+        if (s < c.start(b) || s >= c.lens[b])
+          for (int64_t h = 0; h < c.heads_kv; ++h)
+            for (int64_t d = 0; d < c.head_dim; ++d) k.set(b, s, h, d, std::nan("")), v.set(b, s, h, d, std::nan(""));
+  }
+  // cache_starts' view, or NULL for a case without starts.
+  const tigon_tensor* starts_arg(std::optional<tigon::TensorView>& holder, void* ptr = nullptr,
+                                 tigon_device dev = tigon::cpu()) {
+    if (c.starts.empty()) return nullptr;
+    holder.emplace(ptr ? ptr : c.starts.data(), std::vector<int64_t>{c.batch()}, tigon::dtype::int32, dev);
+    return holder->get();
   }
   tigon::TensorView lens_view(void* ptr = nullptr, tigon_device dev = tigon::cpu()) {
     return tigon::TensorView(ptr ? ptr : c.lens.data(), {c.batch()}, tigon::dtype::int32, dev);
@@ -56,12 +67,13 @@ struct DecodeHost {
     return tigon::TensorView(ptr ? ptr : lse.data(), {c.batch(), c.heads_q, c.tq}, tigon::dtype::float32, dev);
   }
 
-  // Expected out ([B, tq, Hq, D] fp64) and lse ([B, Hq, tq]): naive attention on each sequence's valid rows.
+  // Expected out ([B, tq, Hq, D] fp64) and lse ([B, Hq, tq]): naive attention on each sequence's valid rows
+  // [start, L), the new tokens aligned to L.
   void expected(Dense* o, std::vector<double>* l) const {
     *o = Dense(c.batch(), c.tq, c.heads_q, c.head_dim);
     l->assign(size_t(c.batch() * c.heads_q * c.tq), 0.0);
     for (int64_t b = 0; b < c.batch(); ++b) {
-      const int64_t L = c.lens[b];
+      const int64_t S = c.start(b), L = c.lens[b] - S;
       AttnCase a;
       a.batch = 1, a.seqlen_q = c.tq, a.seqlen_k = L, a.heads_q = c.heads_q, a.heads_kv = c.heads_kv;
       a.head_dim = c.head_dim, a.causal = true, a.window_left = c.window_left, a.softcap = c.softcap;
@@ -72,7 +84,7 @@ struct DecodeHost {
       for (int64_t s = 0; s < L; ++s)
         for (int64_t h = 0; h < c.heads_kv; ++h)
           for (int64_t d = 0; d < c.head_dim; ++d)
-            kd.at(0, s, h, d) = k.at(b, s, h, d), vd.at(0, s, h, d) = v.at(b, s, h, d);
+            kd.at(0, s, h, d) = k.at(b, S + s, h, d), vd.at(0, s, h, d) = v.at(b, S + s, h, d);
       const NaiveResult r = naive_attention(a, qd, kd, vd, nullptr);
       for (int64_t t = 0; t < c.tq; ++t)
         for (int64_t h = 0; h < c.heads_q; ++h) {

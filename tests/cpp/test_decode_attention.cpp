@@ -31,7 +31,8 @@ TEST_P(DecodeAttentionReference, MatchesNaivePerSequence) {
   size_t bytes = 1;
   tigon::check(tigon_decode_attention_workspace_size(qv, kv, vv, c.params(), &bytes));
   EXPECT_EQ(bytes, 0u);
-  tigon::check(tigon_decode_attention(qv, kv, vv, sv, ov, lv, c.params(), nullptr, 0, nullptr));
+  std::optional<tigon::TensorView> starts;
+  tigon::check(tigon_decode_attention(qv, kv, vv, sv, t.starts_arg(starts), ov, lv, c.params(), nullptr, 0, nullptr));
   Dense want(0, 0, 0, 0);
   std::vector<double> want_lse;
   t.expected(&want, &want_lse);
@@ -39,8 +40,9 @@ TEST_P(DecodeAttentionReference, MatchesNaivePerSequence) {
   EXPECT_LE(worst_lse(t.lse, want_lse), 1e-5);
 }
 
-DecodeCase with(DecodeCase c, int32_t window, float softcap, bool bhsd, std::vector<int32_t> lens) {
-  c.window_left = window, c.softcap = softcap, c.bhsd = bhsd;
+DecodeCase with(DecodeCase c, int32_t window, float softcap, bool bhsd, std::vector<int32_t> lens,
+                std::vector<int32_t> starts = {}) {
+  c.window_left = window, c.softcap = softcap, c.bhsd = bhsd, c.starts = std::move(starts);
   if (!lens.empty()) c.lens = std::move(lens), c.s_max = *std::max_element(c.lens.begin(), c.lens.end()) + 3;
   return c;
 }
@@ -51,7 +53,10 @@ INSTANTIATE_TEST_SUITE_P(
                       make("bf16_tq3_gqa2", DType::kBFloat16, 3, 4, 2, 8),
                       with(make("f16_window_softcap", DType::kFloat16, 2, 2, 2, 8), 5, 20.f, false, {}),
                       with(make("f32_bhsd_short", DType::kFloat32, 4, 8, 1, 12), -1, 0.f, true, {2, 0, 9}),
-                      with(make("f32_window0", DType::kFloat32, 3, 2, 1, 4), 0, 0.f, false, {7, 3})),
+                      with(make("f32_window0", DType::kFloat32, 3, 2, 1, 4), 0, 0.f, false, {7, 3}),
+                      with(make("bf16_left_padded", DType::kBFloat16, 1, 4, 2, 8), -1, 0.f, false, {30, 12, 9},
+                           {5, 0, 9}),
+                      with(make("f32_starts_window", DType::kFloat32, 2, 2, 1, 8), 4, 0.f, true, {20, 6}, {3, 5})),
     [](const ::testing::TestParamInfo<DecodeCase>& info) { return info.param.name; });
 
 // ---- argument checks -----------------------------------------------------------------------------------------------
@@ -69,7 +74,7 @@ TEST(DecodeAttentionApi, EveryBadArgumentIsNamed) {
   std::vector<uint8_t> other(8192);
   void* o = other.data();
   char* qd = static_cast<char*>(qv.get()->data);
-  std::vector<int32_t> too_long = {5, 7}, negative = {-1, 3};
+  std::vector<int32_t> too_long = {5, 7}, negative = {-1, 3}, past_len = {6, 0};
   std::vector<int64_t> lens64 = {5, 6};
   tigon::TensorView q3(o, {2, 2, 32}, bf), q_i32(o, {2, 2, 4, 8}, tigon::dtype::int32),
       q_f16(o, {2, 2, 4, 8}, tigon::dtype::float16), q_d0(o, {2, 2, 4, 0}, bf), q_h0(o, {2, 2, 0, 8}, bf),
@@ -81,14 +86,19 @@ TEST(DecodeAttentionApi, EveryBadArgumentIsNamed) {
       l_strided(o, {2, 4, 2}, tigon::dtype::float32, tigon::cpu(), {16, 4, 1}),
       s_long(too_long.data(), {2}, tigon::dtype::int32), s_neg(negative.data(), {2}, tigon::dtype::int32),
       s_i64(lens64.data(), {2}, tigon::dtype::int64), s_b(too_long.data(), {1}, tigon::dtype::int32),
-      s_gpu(too_long.data(), {2}, tigon::dtype::int32, tigon::cuda(0));
+      s_gpu(too_long.data(), {2}, tigon::dtype::int32, tigon::cuda(0)),
+      start_past(past_len.data(), {2}, tigon::dtype::int32), start_neg(negative.data(), {2}, tigon::dtype::int32);
   auto run = [&](const tigon_tensor* q, const tigon_tensor* k, const tigon_tensor* v, const tigon_tensor* s,
-                 const tigon_tensor* out,
-                 const tigon_tensor* l) { return tigon_decode_attention(q, k, v, s, out, l, ok, nullptr, 0, nullptr); };
+                 const tigon_tensor* out, const tigon_tensor* l) {
+    return tigon_decode_attention(q, k, v, s, nullptr, out, l, ok, nullptr, 0, nullptr);
+  };
   auto param = [&](auto change) {
     tigon_decode_attention_params r = ok;
     change(r);
-    return tigon_decode_attention(qv, kv, vv, sv, ov, lv, r, nullptr, 0, nullptr);
+    return tigon_decode_attention(qv, kv, vv, sv, nullptr, ov, lv, r, nullptr, 0, nullptr);
+  };
+  auto starts = [&](const tigon_tensor* st) {
+    return tigon_decode_attention(qv, kv, vv, sv, st, ov, lv, ok, nullptr, 0, nullptr);
   };
   size_t bytes = 0;
   struct Bad {
@@ -121,6 +131,10 @@ TEST(DecodeAttentionApi, EveryBadArgumentIsNamed) {
       {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_i64, ov, lv); }},
       {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_b, ov, lv); }},
       {"'cache_seqlens'", [&] { return run(qv, kv, vv, s_gpu, ov, lv); }},  // device mismatch names it
+      {"'cache_starts'", [&] { return starts(start_past); }},               // 6 > cache_seqlens[0] = 5
+      {"'cache_starts'", [&] { return starts(start_neg); }},
+      {"'cache_starts'", [&] { return starts(s_i64); }},
+      {"'cache_starts'", [&] { return starts(s_b); }},
       {"'out'", [&] { return run(qv, kv, vv, sv, nullptr, lv); }},
       {"'out'", [&] { return run(qv, kv, vv, sv, o_s, lv); }},
       {"'out'", [&] { return run(qv, kv, vv, sv, o_f16, lv); }},

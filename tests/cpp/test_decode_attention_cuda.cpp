@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,13 +42,17 @@ TEST_P(DecodeAttentionCuda, MatchesNaive) {
       v(t.v.bytes.data(), t.v.bytes.size()), out(t.out.bytes.data(), t.out.bytes.size());
   DevBuf<float> lse(t.lse.data(), t.lse.size());
   DevBuf<int32_t> lens(c.lens.data(), c.lens.size());
+  std::vector<int32_t> starts_host = c.starts.empty() ? std::vector<int32_t>{0} : c.starts;
+  DevBuf<int32_t> starts_dev(starts_host.data(), starts_host.size());
+  std::optional<tigon::TensorView> starts_view;
   const auto dev = tigon::cuda(0);
   auto qv = t.q.view(q.ptr, dev), kv = t.k.view(k.ptr, dev), vv = t.v.view(v.ptr, dev), ov = t.out.view(out.ptr, dev);
   auto lv = t.lse_view(lse.ptr, dev), sv = t.lens_view(lens.ptr, dev);
+  const tigon_tensor* st = t.starts_arg(starts_view, starts_dev.ptr, dev);
   size_t bytes = 0;
   tigon::check(tigon_decode_attention_workspace_size(qv, kv, vv, c.params(), &bytes));
   tigon::Buffer ws(bytes, dev);
-  tigon::check(tigon_decode_attention(qv, kv, vv, sv, ov, lv, c.params(), ws.get(), ws.size(), nullptr));
+  tigon::check(tigon_decode_attention(qv, kv, vv, sv, st, ov, lv, c.params(), ws.get(), ws.size(), nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   out.fetch(t.out.bytes.data());
   lse.fetch(t.lse.data());
@@ -60,7 +65,7 @@ TEST_P(DecodeAttentionCuda, MatchesNaive) {
 
   // Deterministic: the same bits again.
   const std::vector<uint8_t> first = t.out.bytes;
-  tigon::check(tigon_decode_attention(qv, kv, vv, sv, ov, lv, c.params(), ws.get(), ws.size(), nullptr));
+  tigon::check(tigon_decode_attention(qv, kv, vv, sv, st, ov, lv, c.params(), ws.get(), ws.size(), nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   out.fetch(t.out.bytes.data());
   EXPECT_EQ(first, t.out.bytes);
@@ -72,6 +77,11 @@ DecodeCase make(std::string name, DType dt, int64_t tq, int64_t hq, int64_t hkv,
   c.name = std::move(name);
   c.dtype = dt, c.tq = tq, c.heads_q = hq, c.heads_kv = hkv, c.head_dim = d, c.s_max = s_max, c.lens = std::move(lens);
   c.window_left = window, c.softcap = softcap, c.bhsd = bhsd;
+  return c;
+}
+
+DecodeCase left_padded(DecodeCase c, std::vector<int32_t> starts) {
+  c.starts = std::move(starts);
   return c;
 }
 
@@ -94,6 +104,8 @@ const DecodeCase kCases[] = {
     make("bf16_D128_tq3_gqa8_bhsd", DType::kBFloat16, 3, 8, 1, 128, 1500, {1500, 2, 999}, 100, 0.f, true),
     make("bf16_D128_many_sequences", DType::kBFloat16, 1, 32, 8, 128, 64, many(80, 64)),  // one chunk each
     make("f16_D256_gqa1_tq2_empty", DType::kFloat16, 2, 2, 2, 256, 50, {0, 1, 50}),       // L < tq: lse -inf
+    left_padded(make("bf16_D128_gqa4_left_padded", DType::kBFloat16, 1, 32, 8, 128, 2000, {2000, 700, 1500}),
+                {1500, 0, 1499}),  // split chunks wholly before a start
 };
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeAttentionCuda, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<DecodeCase>& info) { return info.param.name; });

@@ -92,6 +92,29 @@ def test_cuda_head_dims_and_groups(dtype, head_dim, tq, hq, hkv):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cache_starts_hide_left_padding(device, dtype):
+    """A left-padded batch: sequence b's keys start at cache_starts[b]; the padding before it (NaN here) is never
+    read, and the result is the attention over the rows [start, length) alone."""
+    if device == "cuda" and dtype == torch.float32:
+        pytest.skip("float32 runs on the CPU only")
+    lens, starts = [40, 9, 2100], [7, 0, 2098]
+    q, k, v, lens_t = make(lens, 1, 8, 2, 64 if device == "cuda" else 16, dtype, device)
+    for b, s in enumerate(starts):
+        k[b, :s] = float("nan")
+        v[b, :s] = float("nan")
+    starts_t = torch.tensor(starts, dtype=torch.int32, device=device)
+    with torch.no_grad():
+        out, lse = decode_attention(q, k, v, lens_t, return_lse=True, window=64, cache_starts=starts_t)
+    for b, (n, s) in enumerate(zip(lens, starts)):
+        sub_lens = torch.tensor([n - s], dtype=torch.int32, device=device)
+        ref_out, ref_lse = reference(q[b : b + 1], k[b : b + 1, s:], v[b : b + 1, s:], sub_lens, window=64)
+        tol = ATTENTION_TOL.get(q.dtype, TOL[torch.float32]) if q.is_cuda else None
+        assert_close(out[b : b + 1], ref_out, name=f"out {b}", tol=tol)
+        assert_close(lse[b : b + 1], ref_lse, torch.float32, name=f"lse {b}", tol=dict(atol=2e-5, rtol=2e-5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_bhsd_cache_passed_transposed_equals_bshd(device):
     dtype = torch.bfloat16
     q, k, v, lens = make([20, 5], 2, 4, 2, 64, dtype, device, bhsd=True)
@@ -187,6 +210,9 @@ def _bad_cases():
             (dict(window=0), ValueError, "'window'"),
             (dict(window=2.0), TypeError, "'window'"),
             (dict(return_lse=1), TypeError, "'return_lse'"),
+            (dict(cache_starts=[0, 0]), TypeError, "'cache_starts'"),
+            (dict(cache_starts=lens.long()), TypeError, "'cache_starts'"),
+            (dict(cache_starts=lens + 1), ValueError, "'cache_starts'"),  # past each sequence's length
         ],
         dict(q=q, k_cache=k, v_cache=v, cache_seqlens=lens),
     )

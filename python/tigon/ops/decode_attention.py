@@ -34,7 +34,7 @@ _workspace_size = _lib.declare(
 )
 _run = _lib.declare(
     "tigon_decode_attention",
-    [_T] * 6 + [DecodeAttentionParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
+    [_T] * 7 + [DecodeAttentionParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
 )
 
 _INT32_MAX = 2**31 - 1
@@ -66,12 +66,12 @@ def _workspace(q, k, v, params: DecodeAttentionParams):
     return torch.empty(nbytes, dtype=torch.uint8, device=q.device), nbytes
 
 
-def _impl(q, k_cache, v_cache, cache_seqlens, scale: float, softcap: float, window_left: int):
+def _impl(q, k_cache, v_cache, cache_seqlens, cache_starts, scale: float, softcap: float, window_left: int):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     params = _params(q, scale, softcap, window_left)
     ws, nbytes = _workspace(q, k_cache, v_cache, params)
-    tensors = (q, k_cache, v_cache, cache_seqlens, out, lse)
+    tensors = (q, k_cache, v_cache, cache_seqlens, cache_starts, out, lse)
     _lib.check(
         _run(
             *(_lib.tensor_arg(t) for t in tensors),
@@ -86,15 +86,15 @@ def _impl(q, k_cache, v_cache, cache_seqlens, scale: float, softcap: float, wind
 
 _LIB = torch.library.Library("tigon", "FRAGMENT")
 _LIB.define(
-    "decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, float scale, float softcap, "
-    "int window_left) -> (Tensor, Tensor)"
+    "decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, Tensor? cache_starts, "
+    "float scale, float softcap, int window_left) -> (Tensor, Tensor)"
 )
 for _key in ("CPU", "CUDA"):
     _LIB.impl("decode_attention", _impl, _key)
 
 
 @torch.library.register_fake("tigon::decode_attention")
-def _fake(q, k_cache, v_cache, cache_seqlens, scale, softcap, window_left):
+def _fake(q, k_cache, v_cache, cache_seqlens, cache_starts, scale, softcap, window_left):
     return q.new_empty(q.shape), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
@@ -121,6 +121,7 @@ def decode_attention(
     softcap: float = 0.0,
     window: int = -1,
     return_lse: bool = False,
+    cache_starts: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of a few new tokens per sequence against a KV cache (flash-decoding).
 
@@ -130,6 +131,8 @@ def decode_attention(
     (B,) on q's device: sequence b's cache holds cache_seqlens[b] valid positions, the new tokens' keys and values
     included (write them first; see the module's docstring), and new token t sits at position
     cache_seqlens[b] - Tq + t. It is never read on the host (on CUDA, values outside [0, S_max] are clamped).
+    cache_starts (int32 (B,), optional, likewise on the device) hides the positions before cache_starts[b] from
+    sequence b: a left-padded batch's padding (on CUDA clamped to [0, cache_seqlens[b]]).
 
     scale defaults to 1 / sqrt(D); softcap > 0 passes scores through softcap * tanh(score / softcap) (Gemma 2);
     window > 0 keeps the last `window` positions up to and including each token's own (Mistral's and Gemma's
@@ -142,6 +145,8 @@ def decode_attention(
     """
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens)):
         check_tensor("decode_attention", name, t)
+    if cache_starts is not None:
+        check_tensor("decode_attention", "cache_starts", cache_starts)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
         raise RuntimeError(
             "decode_attention: an inference op without a backward, but an input requires grad; call it under "
@@ -157,6 +162,6 @@ def decode_attention(
         raise TypeError(f"decode_attention: argument 'return_lse' must be a bool, got {type(return_lse).__name__}")
     if q.dim() == 4 and q.shape[-1] > 1 and q.stride(-1) != 1:
         q = q.contiguous()  # the queries are small; the cache is never copied (the C API names a bad layout)
-    args = (q, k_cache, v_cache, cache_seqlens, float(scale), softcap, window_left)
+    args = (q, k_cache, v_cache, cache_seqlens, cache_starts, float(scale), softcap, window_left)
     out, lse = torch.ops.tigon.decode_attention(*args) if compiling() else _impl(*args)
     return (out, lse) if return_lse else out
