@@ -41,8 +41,8 @@ TIGON_API tigon_status_t tigon_activation_fwd(const tigon_tensor* x, const tigon
                                               tigon_activation_params params, void* stream);
 
 /* dx = dy * act'(x), from saved = x (or y, see saved_output). dx may be dy or saved. */
-TIGON_API tigon_status_t tigon_activation_bwd(const tigon_tensor* dy, const tigon_tensor* saved,
-                                              const tigon_tensor* dx, tigon_activation_params params, void* stream);
+TIGON_API tigon_status_t tigon_activation_bwd(const tigon_tensor* dy, const tigon_tensor* saved, const tigon_tensor* dx,
+                                              tigon_activation_params params, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -69,11 +69,11 @@ TIGON_API tigon_status_t tigon_linear_act_fwd(const tigon_tensor* x, const tigon
 
 /* dz = dy ∘ act'(z) (from y for RELU when z is NULL; dz NULL and unused for NONE), then each of dx, dw, db that is
  * not NULL. */
-TIGON_API tigon_status_t tigon_linear_act_bwd(const tigon_tensor* dy, const tigon_tensor* x,
-                                              const tigon_tensor* weight, const tigon_tensor* z, const tigon_tensor* y,
-                                              const tigon_tensor* dz, const tigon_tensor* dx, const tigon_tensor* dw,
-                                              const tigon_tensor* db, tigon_linear_act_params params, void* workspace,
-                                              size_t workspace_bytes, void* stream);
+TIGON_API tigon_status_t tigon_linear_act_bwd(const tigon_tensor* dy, const tigon_tensor* x, const tigon_tensor* weight,
+                                              const tigon_tensor* z, const tigon_tensor* y, const tigon_tensor* dz,
+                                              const tigon_tensor* dx, const tigon_tensor* dw, const tigon_tensor* db,
+                                              tigon_linear_act_params params, void* workspace, size_t workspace_bytes,
+                                              void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

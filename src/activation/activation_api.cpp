@@ -18,8 +18,9 @@ void check_params(const tigon_activation_params& params, bool backward) {
     fail_arg("saved_output", "must be 0 or 1, got ", params.saved_output);
   if (backward && params.saved_output == 1 && params.activation != TIGON_ACT_RELU &&
       params.activation != TIGON_ACT_NONE)
-    fail_arg("saved_output", "the derivative of this activation needs its input (only relu and none can be "
-                             "differentiated from their output)");
+    fail_arg("saved_output",
+             "the derivative of this activation needs its input (only relu and none can be "
+             "differentiated from their output)");
 }
 
 RowMatrix first(const tigon_tensor* t, const char* arg) {

@@ -56,19 +56,19 @@ void bwd_act(const BwdArgs& a, const Launch& l, cudaStream_t s) {
 }
 
 // Runs F<T, Act>(args...) for the runtime activation.
-#define TIGON_SWITCH_ACT(act, F, T, ...)                                   \
-  switch (act) {                                                           \
-    case TIGON_ACT_RELU: F<T, TIGON_ACT_RELU>(__VA_ARGS__); break;         \
-    case TIGON_ACT_GELU_ERF: F<T, TIGON_ACT_GELU_ERF>(__VA_ARGS__); break; \
+#define TIGON_SWITCH_ACT(act, F, T, ...)                                     \
+  switch (act) {                                                             \
+    case TIGON_ACT_RELU: F<T, TIGON_ACT_RELU>(__VA_ARGS__); break;           \
+    case TIGON_ACT_GELU_ERF: F<T, TIGON_ACT_GELU_ERF>(__VA_ARGS__); break;   \
     case TIGON_ACT_GELU_TANH: F<T, TIGON_ACT_GELU_TANH>(__VA_ARGS__); break; \
-    case TIGON_ACT_SILU: F<T, TIGON_ACT_SILU>(__VA_ARGS__); break;         \
-    default: F<T, TIGON_ACT_NONE>(__VA_ARGS__);                            \
+    case TIGON_ACT_SILU: F<T, TIGON_ACT_SILU>(__VA_ARGS__); break;           \
+    default: F<T, TIGON_ACT_NONE>(__VA_ARGS__);                              \
   }
 
 }  // namespace
 
 void fwd_cuda(const FwdProblem& p, void* stream) {
-  const FwdArgs a{p.x.data,       p.residual.data,         p.y.data,      p.x.rows, p.x.cols,
+  const FwdArgs a{p.x.data,       p.residual.data,       p.y.data,      p.x.rows, p.x.cols,
                   p.x.row_stride, p.residual.row_stride, p.y.row_stride};
   const Launch l = row_launch(p.x, vectorizable({&p.x, &p.y, &p.residual}));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -77,8 +77,8 @@ void fwd_cuda(const FwdProblem& p, void* stream) {
 }
 
 void bwd_cuda(const BwdProblem& p, void* stream) {
-  const BwdArgs a{p.dy.data,       p.saved.data,       p.dx.data,       p.partial,   p.dy.rows,
-                  p.dy.cols,       p.dy.row_stride,    p.saved.row_stride, p.dx.row_stride};
+  const BwdArgs a{p.dy.data, p.saved.data,    p.dx.data,          p.partial,      p.dy.rows,
+                  p.dy.cols, p.dy.row_stride, p.saved.row_stride, p.dx.row_stride};
   const bool vec = vectorizable({&p.dy, &p.saved, &p.dx});
   const Launch l = p.partial ? sum_plan(p.dy, vec) : row_launch(p.dy, vec);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

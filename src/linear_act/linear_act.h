@@ -21,12 +21,12 @@ struct FwdProblem {
 
 struct BwdProblem {
   RowMatrix dy, x, w;
-  RowMatrix saved;            // z, or for RELU the output y (the sign is the same)
-  RowMatrix dz;               // dy ∘ act'(z); for NONE: dy itself
-  RowMatrix dx;               // [M, K]
-  void* dw = nullptr;         // [N, K] contiguous
+  RowMatrix saved;     // z, or for RELU the output y (the sign is the same)
+  RowMatrix dz;        // dy ∘ act'(z); for NONE: dy itself
+  RowMatrix dx;        // [M, K]
+  void* dw = nullptr;  // [N, K] contiguous
   DType dw_dtype = DType::kFloat32;
-  void* db = nullptr;         // N values
+  void* db = nullptr;  // N values
   DType db_dtype = DType::kFloat32;
   int activation = TIGON_ACT_NONE;
 };

@@ -153,8 +153,8 @@ tigon_status_t tigon_linear_act_fwd(const tigon_tensor* x, const tigon_tensor* w
       if (any && in == p.out.data) fail_arg("out", "must not overlap '", arg, "'");
     if (any && p.z.data && p.z.data == p.residual.data) fail_arg("z", "must not overlap 'residual'");
     const bool cuda = is_cuda(xt);
-    if (cuda) check_workspace(workspace, workspace_bytes, fwd_workspace(true).bytes,
-                              "tigon_linear_act_fwd_workspace_size");
+    if (cuda)
+      check_workspace(workspace, workspace_bytes, fwd_workspace(true).bytes, "tigon_linear_act_fwd_workspace_size");
     if (!any) return;
     if (cuda) {
       TIGON_ON_CUDA(xt, fwd_cuda(p, workspace, stream));

@@ -57,9 +57,9 @@ struct LinearActCase {
 };
 
 inline std::string case_name(const LinearActCase& c) {
-  return std::string(short_name(c.dt)) + "_" + act_name(c.act) + "_" + std::to_string(c.M) + "x" +
-         std::to_string(c.K) + "x" + std::to_string(c.N) + (c.bias ? "_bias" : "") + (c.residual ? "_res" : "") +
-         "_pad" + std::to_string(c.pad);
+  return std::string(short_name(c.dt)) + "_" + act_name(c.act) + "_" + std::to_string(c.M) + "x" + std::to_string(c.K) +
+         "x" + std::to_string(c.N) + (c.bias ? "_bias" : "") + (c.residual ? "_res" : "") + "_pad" +
+         std::to_string(c.pad);
 }
 
 // Inputs, outputs and gradients of one problem in host memory. dw and db are fp32 (the op's fp32 option).
@@ -100,8 +100,8 @@ void run_linear_act(LinearActProblem& p, View view, void* fwd_ws, size_t fwd_byt
        dyv = view(p.dy), dzv = view(p.dz), dxv = view(p.dx), dwv = view(p.dw), dbv = view(p.db);
   const tigon_tensor* bias = p.c.bias ? bv.get() : nullptr;
   const tigon_tensor* z = p.wants_z() ? zv.get() : nullptr;
-  ASSERT_EQ(tigon_linear_act_fwd(xv, wv, bias, p.c.residual ? rv.get() : nullptr, ov, z, p.params(), fwd_ws,
-                                 fwd_bytes, nullptr),
+  ASSERT_EQ(tigon_linear_act_fwd(xv, wv, bias, p.c.residual ? rv.get() : nullptr, ov, z, p.params(), fwd_ws, fwd_bytes,
+                                 nullptr),
             TIGON_SUCCESS)
       << tigon_last_error();
   ASSERT_EQ(tigon_linear_act_bwd(dyv, xv, wv, z, nullptr, p.wants_z() ? dzv.get() : nullptr, dxv, dwv,

@@ -44,27 +44,29 @@ TEST_P(ActivationReference, MatchesNaiveFp64) {
   ASSERT_EQ(tigon_activation_fwd(xi.view(), xi.view(), {act, 0}, nullptr), TIGON_SUCCESS) << tigon_last_error();
   EXPECT_EQ(worst_ratio(xi, y, 0, 0), 0.0) << "y over x";
   const bool from_output = act == TIGON_ACT_RELU || act == TIGON_ACT_NONE;
-  ASSERT_EQ(tigon_activation_bwd(dyi.view(), from_output ? xi.view() : x.view(), dyi.view(), {act, from_output},
-                                 nullptr),
-            TIGON_SUCCESS)
+  ASSERT_EQ(
+      tigon_activation_bwd(dyi.view(), from_output ? xi.view() : x.view(), dyi.view(), {act, from_output}, nullptr),
+      TIGON_SUCCESS)
       << tigon_last_error();
   EXPECT_EQ(worst_ratio(dyi, dx, 0, 0), 0.0) << "dx over dy";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Activations, ActivationReference,
-    ::testing::Values(Case{DType::kFloat32, TIGON_ACT_NONE, 3, 17, 0}, Case{DType::kBFloat16, TIGON_ACT_RELU, 5, 64, 3},
-                      Case{DType::kFloat16, TIGON_ACT_RELU, 1, 1, 0}, Case{DType::kFloat32, TIGON_ACT_GELU_ERF, 4, 33, 1},
-                      Case{DType::kBFloat16, TIGON_ACT_GELU_ERF, 2, 40, 0},
-                      Case{DType::kFloat32, TIGON_ACT_GELU_TANH, 6, 21, 5},
-                      Case{DType::kFloat16, TIGON_ACT_GELU_TANH, 3, 100, 0},
-                      Case{DType::kBFloat16, TIGON_ACT_SILU, 7, 9, 2}, Case{DType::kFloat32, TIGON_ACT_SILU, 2, 1001, 0}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return std::string(short_name(std::get<0>(c))) + "_" + act_name(std::get<1>(c)) + "_" +
-             std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
-             std::to_string(std::get<4>(c));
-    });
+INSTANTIATE_TEST_SUITE_P(Activations, ActivationReference,
+                         ::testing::Values(Case{DType::kFloat32, TIGON_ACT_NONE, 3, 17, 0},
+                                           Case{DType::kBFloat16, TIGON_ACT_RELU, 5, 64, 3},
+                                           Case{DType::kFloat16, TIGON_ACT_RELU, 1, 1, 0},
+                                           Case{DType::kFloat32, TIGON_ACT_GELU_ERF, 4, 33, 1},
+                                           Case{DType::kBFloat16, TIGON_ACT_GELU_ERF, 2, 40, 0},
+                                           Case{DType::kFloat32, TIGON_ACT_GELU_TANH, 6, 21, 5},
+                                           Case{DType::kFloat16, TIGON_ACT_GELU_TANH, 3, 100, 0},
+                                           Case{DType::kBFloat16, TIGON_ACT_SILU, 7, 9, 2},
+                                           Case{DType::kFloat32, TIGON_ACT_SILU, 2, 1001, 0}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return std::string(short_name(std::get<0>(c))) + "_" + act_name(std::get<1>(c)) + "_" +
+                                  std::to_string(std::get<2>(c)) + "x" + std::to_string(std::get<3>(c)) + "_pad" +
+                                  std::to_string(std::get<4>(c));
+                         });
 
 // ---- C API validation: every bad argument is an INVALID_ARGUMENT naming it ---------------------------------------
 

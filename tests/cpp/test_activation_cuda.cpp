@@ -52,9 +52,9 @@ TEST_P(ActivationCuda, MatchesReference) {
   HostMat x_copy = x;
   DevMat gx2(x_copy);
   ASSERT_EQ(tigon_activation_fwd(gx2.view(), gx2.view(), {act, 0}, nullptr), TIGON_SUCCESS);
-  ASSERT_EQ(tigon_activation_bwd(gdy.view(), from_output ? gx2.view() : gx.view(), gdy.view(), {act, from_output},
-                                 nullptr),
-            TIGON_SUCCESS)
+  ASSERT_EQ(
+      tigon_activation_bwd(gdy.view(), from_output ? gx2.view() : gx.view(), gdy.view(), {act, from_output}, nullptr),
+      TIGON_SUCCESS)
       << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(worst_ratio(gx2.fetch(), gy.fetch(), 0, 0), 0.0) << "y over x";

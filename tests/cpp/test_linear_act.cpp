@@ -49,26 +49,44 @@ TEST_P(LinearActReference, MatchesNaiveFp64) {
   const auto dZ = [&](int64_t i, int64_t n) { return dz[size_t(i * c.N + n)]; };
   // a rounding of z (and of dZ) before the next step, the output's own rounding, and fp32 rounding of the GEMMs
   const double tol = 2 * rtol_of(c.dt) + 1e-6;
-  EXPECT_LE(worst(p.out, [&](int64_t i, int64_t n) {
-              return naive_act(c.act, Z(i, n)) + (c.residual ? p.res.at(i, n) : 0.0);
-            }, tol), 1.0) << "out";
+  EXPECT_LE(
+      worst(
+          p.out, [&](int64_t i, int64_t n) { return naive_act(c.act, Z(i, n)) + (c.residual ? p.res.at(i, n) : 0.0); },
+          tol),
+      1.0)
+      << "out";
   if (p.wants_z()) EXPECT_LE(worst(p.z, Z, tol), 1.0) << "z";
-  EXPECT_LE(worst(p.dx, [&](int64_t i, int64_t k) {
-              double s = 0;
-              for (int64_t n = 0; n < c.N; ++n) s += dZ(i, n) * p.w.at(n, k);
-              return s;
-            }, tol), 1.0) << "dx";
-  EXPECT_LE(worst(p.dw, [&](int64_t n, int64_t k) {
-              double s = 0;
-              for (int64_t i = 0; i < c.M; ++i) s += dZ(i, n) * p.x.at(i, k);
-              return s;
-            }, tol), 1.0) << "dw";
+  EXPECT_LE(worst(
+                p.dx,
+                [&](int64_t i, int64_t k) {
+                  double s = 0;
+                  for (int64_t n = 0; n < c.N; ++n) s += dZ(i, n) * p.w.at(n, k);
+                  return s;
+                },
+                tol),
+            1.0)
+      << "dx";
+  EXPECT_LE(worst(
+                p.dw,
+                [&](int64_t n, int64_t k) {
+                  double s = 0;
+                  for (int64_t i = 0; i < c.M; ++i) s += dZ(i, n) * p.x.at(i, k);
+                  return s;
+                },
+                tol),
+            1.0)
+      << "dw";
   if (c.bias)
-    EXPECT_LE(worst(p.db, [&](int64_t, int64_t n) {
-                double s = 0;
-                for (int64_t i = 0; i < c.M; ++i) s += dZ(i, n);
-                return s;
-              }, tol), 1.0) << "db";
+    EXPECT_LE(worst(
+                  p.db,
+                  [&](int64_t, int64_t n) {
+                    double s = 0;
+                    for (int64_t i = 0; i < c.M; ++i) s += dZ(i, n);
+                    return s;
+                  },
+                  tol),
+              1.0)
+        << "db";
 }
 
 std::vector<LinearActCase> reference_cases() {
@@ -163,11 +181,10 @@ TEST_F(LinearActApi, ForwardRejectsBadArguments) {
 }
 
 TEST_F(LinearActApi, BackwardRejectsBadArguments) {
-  auto xv = x.view(), wv = w.view(), zv = z.view(), dyv = dy.view(), dzv = dz.view(), dxv = dx.view(),
-       dwv = dw.view(), ov = out.view();
-  const auto bwd = [&](const tigon_tensor* dyt, const tigon_tensor* zt, const tigon_tensor* yt,
-                       const tigon_tensor* dzt, const tigon_tensor* dxt, const tigon_tensor* dwt,
-                       const tigon_tensor* dbt, int act) {
+  auto xv = x.view(), wv = w.view(), zv = z.view(), dyv = dy.view(), dzv = dz.view(), dxv = dx.view(), dwv = dw.view(),
+       ov = out.view();
+  const auto bwd = [&](const tigon_tensor* dyt, const tigon_tensor* zt, const tigon_tensor* yt, const tigon_tensor* dzt,
+                       const tigon_tensor* dxt, const tigon_tensor* dwt, const tigon_tensor* dbt, int act) {
     return tigon_linear_act_bwd(dyt, xv, wv, zt, yt, dzt, dxt, dwt, dbt, {act}, nullptr, 0, nullptr);
   };
   EXPECT_EQ(bwd(dyv, zv, nullptr, dzv, dxv, dwv, nullptr, TIGON_ACT_SILU), TIGON_SUCCESS) << tigon_last_error();
@@ -186,9 +203,9 @@ TEST_F(LinearActApi, BackwardRejectsBadArguments) {
   expect_error(bwd(dyv, zv, nullptr, dzv, dxv, dw_small.view(), nullptr, TIGON_ACT_SILU), "dw");
   expect_error(bwd(dyv, zv, nullptr, dzv, dxv, dwv, db5.view(), TIGON_ACT_SILU), "db");
   expect_error(bwd(dyv, zv, nullptr, dzv, dxv, dwv, db_i32.view(), TIGON_ACT_SILU), "db");
-  expect_error(tigon_linear_act_bwd(dyv, xv, wv, zv, nullptr, dyv, dyv, nullptr, nullptr, {TIGON_ACT_SILU}, nullptr, 0,
-                                    nullptr),
-               "dx");
+  expect_error(
+      tigon_linear_act_bwd(dyv, xv, wv, zv, nullptr, dyv, dyv, nullptr, nullptr, {TIGON_ACT_SILU}, nullptr, 0, nullptr),
+      "dx");
 }
 
 TEST_F(LinearActApi, WorkspaceIsZeroOnTheCpu) {
