@@ -1,8 +1,10 @@
 """Drop-in torch.nn modules backed by Tigon's ops."""
 
+from tigon.nn.activation import GELU, ReLU, SiLU
 from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
+from tigon.nn.linear_act import Linear
 from tigon.nn.rms_norm import GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
@@ -11,11 +13,15 @@ __all__ = [
     "CrossEntropyLoss",
     "FalconH1MLP",
     "FusedLinearCrossEntropyLoss",
+    "GELU",
     "GemmaMLP",
     "GemmaRMSNorm",
     "LayerNorm",
+    "Linear",
     "LlamaMLP",
     "Phi3MLP",
     "RMSNorm",
+    "ReLU",
+    "SiLU",
     "apply_rotary_pos_emb",
 ]

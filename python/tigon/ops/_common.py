@@ -105,3 +105,16 @@ def refuse_leaf(t: torch.Tensor, arg: str, op: str) -> None:
             f"{op}: argument '{arg}' is a leaf tensor that requires grad, and in_place=True would write "
             f"its gradient over it; pass in_place=False, or an intermediate (e.g. {arg} * 1)"
         )
+
+
+def autocast_linear(x, weight, bias, *others):
+    """Under torch.autocast, x, weight and bias (and any further tensors: a residual) in the autocast dtype, as
+    F.linear would take them (the casts are autograd's, so an fp32 weight gets an fp32 gradient); as they are
+    otherwise."""
+    if not (
+        isinstance(x, torch.Tensor) and x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type)
+    ):
+        return (x, weight, bias, *others)
+    dtype = torch.get_autocast_dtype(x.device.type)
+    cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    return (cast(x), cast(weight), cast(bias), *(cast(t) for t in others))
