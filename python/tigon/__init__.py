@@ -3,6 +3,7 @@
 import tigon
 y = tigon.ops.rms_norm(x, weight, eps=1e-6)
 norm = tigon.nn.RMSNorm(4096)          # drop-in for Hugging Face's LlamaRMSNorm (same state dict)
+model = tigon.swap_modules(model)      # torch.nn LayerNorm / RMSNorm / Linear + activation swapped for Tigon's
 """
 
 from tigon._lib import (
@@ -16,6 +17,7 @@ from tigon._lib import (
     version,
 )
 from tigon import losses, nn, ops
+from tigon.switch import disable, enable, enabled, swap_modules
 
 __version__ = "0.1.0"
 __all__ = [
@@ -30,4 +32,8 @@ __all__ = [
     "version",
     "has_cuda",
     "library_path",
+    "enable",
+    "disable",
+    "enabled",
+    "swap_modules",
 ]
