@@ -78,13 +78,14 @@ __global__ void act_bwd_kernel(BwdArgs p) {
     if (p.dx) store_vec<T, V>(static_cast<T*>(p.dx) + row * p.dx_stride + col, dx);
   }
   if constexpr (Sum) {
-    // The block's kSumRows row slices, added in a fixed order: one partial row per blockIdx.y.
-    __shared__ float part[kSumRows][32 * V + 1];
+    // The block's kSumRows row slices, added in a fixed order: one partial row per blockIdx.y. Element j of thread
+    // x sits at j * 32 + x, so a warp's stores and each summing thread's loads hit 32 different banks.
+    __shared__ float part[kSumRows][32 * V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) part[threadIdx.y][threadIdx.x * V + j] = sum[j];
+    for (int j = 0; j < V; ++j) part[threadIdx.y][j * 32 + threadIdx.x] = sum[j];
     __syncthreads();
     for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < 32 * V; i += blockDim.x * blockDim.y) {
-      const int64_t c = int64_t(blockIdx.x) * 32 * V + i;
+      const int64_t c = (int64_t(blockIdx.x) * 32 + i % 32) * V + i / 32;  // thread i % 32's element i / 32
       if (c >= p.cols) continue;
       float t = 0.f;
       for (int y = 0; y < kSumRows; ++y) t += part[y][i];
