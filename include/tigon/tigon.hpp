@@ -10,12 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "tigon/activation.h"
 #include "tigon/cross_entropy.h"
 #include "tigon/distill.h"
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/gemv.h"
 #include "tigon/layer_norm.h"
+#include "tigon/linear_act.h"
 #include "tigon/rms_norm.h"
 #include "tigon/rope.h"
 #include "tigon/swiglu.h"
@@ -295,6 +297,41 @@ inline size_t gemv_workspace_size(const TensorView& x, const TensorView& weight)
 inline void gemv(const TensorView& x, const TensorView& weight, const TensorView* bias, const TensorView& y,
                  void* workspace = nullptr, size_t workspace_bytes = 0, void* stream = nullptr) {
   check(tigon_gemv(x, weight, detail::opt(bias), y, workspace, workspace_bytes, stream));
+}
+
+inline void activation_fwd(const TensorView& x, const TensorView& y, tigon_activation_params params,
+                           void* stream = nullptr) {
+  check(tigon_activation_fwd(x, y, params, stream));
+}
+
+inline void activation_bwd(const TensorView& dy, const TensorView& saved, const TensorView& dx,
+                           tigon_activation_params params, void* stream = nullptr) {
+  check(tigon_activation_bwd(dy, saved, dx, params, stream));
+}
+
+// Workspace bytes (0 on the CPU) of linear_act_fwd and linear_act_bwd.
+inline std::pair<size_t, size_t> linear_act_workspace_size(const TensorView& x, const TensorView& weight,
+                                                           tigon_linear_act_params params) {
+  size_t fwd = 0, bwd = 0;
+  check(tigon_linear_act_fwd_workspace_size(x, weight, params, &fwd));
+  check(tigon_linear_act_bwd_workspace_size(x, weight, params, &bwd));
+  return {fwd, bwd};
+}
+
+inline void linear_act_fwd(const TensorView& x, const TensorView& weight, const TensorView* bias,
+                           const TensorView* residual, const TensorView& out, const TensorView* z,
+                           tigon_linear_act_params params, void* workspace, size_t workspace_bytes,
+                           void* stream = nullptr) {
+  check(tigon_linear_act_fwd(x, weight, detail::opt(bias), detail::opt(residual), out, detail::opt(z), params,
+                             workspace, workspace_bytes, stream));
+}
+
+inline void linear_act_bwd(const TensorView& dy, const TensorView& x, const TensorView& weight, const TensorView* z,
+                           const TensorView* y, const TensorView* dz, const TensorView* dx, const TensorView* dw,
+                           const TensorView* db, tigon_linear_act_params params, void* workspace,
+                           size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_linear_act_bwd(dy, x, weight, detail::opt(z), detail::opt(y), detail::opt(dz), detail::opt(dx),
+                             detail::opt(dw), detail::opt(db), params, workspace, workspace_bytes, stream));
 }
 
 }  // namespace tigon

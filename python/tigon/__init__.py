@@ -4,6 +4,7 @@ import tigon
 y = tigon.ops.rms_norm(x, weight, eps=1e-6)
 norm = tigon.nn.RMSNorm(4096)          # drop-in for Hugging Face's LlamaRMSNorm (same state dict)
 model = tigon.optimize_model(model)    # a Hugging Face causal LM's generate() on a static-cache decode loop
+model = tigon.swap_modules(model)      # torch.nn LayerNorm / RMSNorm / Linear + activation swapped for Tigon's
 """
 
 from tigon._lib import (
@@ -18,6 +19,7 @@ from tigon._lib import (
 )
 from tigon import inference, losses, nn, ops
 from tigon.inference import optimize_model
+from tigon.switch import disable, enable, enabled, swap_modules
 
 __version__ = "0.1.0"
 __all__ = [
@@ -34,4 +36,8 @@ __all__ = [
     "version",
     "has_cuda",
     "library_path",
+    "enable",
+    "disable",
+    "enabled",
+    "swap_modules",
 ]

@@ -61,13 +61,28 @@ int choose(const Matmul& mm, const cublasLtMatmulHeuristicResult_t* results, int
 }
 
 // Everything the algorithm choice depends on.
-using Key = std::array<int64_t, 18>;
+using Key = std::array<int64_t, 23>;
+enum KeyField { kAlignA = 13, kAlignB = 14, kAlignD = 15, kAlignC = 22 };
 
+// ok = false: cuBLASLt offered no algorithm (status says why); kept, so the next call does not ask again.
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool ok = true;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
 };
+
+cublasLtEpilogue_t epilogue_of(const Matmul& mm) {
+  const bool bias = mm.bias != nullptr;
+  switch (mm.act) {
+    case Epilogue::kRelu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case Epilogue::kGelu:
+      if (mm.aux) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    default: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
 
 struct Cache {
   std::map<int, cublasLtHandle_t> handles;  // per device
@@ -99,19 +114,26 @@ const Plan& plan_for(const Key& key, const Matmul& mm, cublasLtHandle_t h, size_
   TIGON_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(mm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(mm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-  if (mm.bias) {
-    set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS));
-    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, mm.bias);  // its alignment counts in the choice below
+  const cublasLtEpilogue_t epilogue = epilogue_of(mm);
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue));
+  // The pointers' alignments count in the choice below; each call sets its own pointers again.
+  if (mm.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, mm.bias);
+  if (mm.aux) {
+    set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, mm.aux);
+    set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(mm.ldaux));
   }
   const cudaDataType_t ab = cuda_type(mm.ab), d = cuda_type(mm.d);
   TIGON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, mm.trans_a ? mm.k : mm.m, mm.trans_a ? mm.m : mm.k, mm.lda));
   TIGON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, mm.trans_b ? mm.n : mm.k, mm.trans_b ? mm.k : mm.n, mm.ldb));
   TIGON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, d, mm.m, mm.n, mm.ldd));
+  if (mm.c) TIGON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, d, mm.m, mm.n, mm.ldc));
+  const cublasLtMatrixLayout_t c_layout = mm.c ? p.c : p.d;
 
   cublasLtMatmulPreference_t pref = nullptr;
   TIGON_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes;
-  const uint32_t align[4] = {uint32_t(key[13]), uint32_t(key[14]), uint32_t(key[15]), uint32_t(key[15])};
+  const uint32_t align[4] = {uint32_t(key[kAlignA]), uint32_t(key[kAlignB]), uint32_t(key[mm.c ? kAlignC : kAlignD]),
+                             uint32_t(key[kAlignD])};
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], 4);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4);
@@ -121,53 +143,84 @@ const Plan& plan_for(const Key& key, const Matmul& mm, cublasLtHandle_t h, size_
   std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, pref, kMaxCandidates, results.data(), &found);
+      cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, c_layout, p.d, pref, kMaxCandidates, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    fail(TIGON_ERROR_NOT_SUPPORTED, "cuBLASLt has no algorithm for ", dtype_name(mm.ab), " -> ", dtype_name(mm.d),
-         " m=", mm.m, " n=", mm.n, " k=", mm.k, " (lda ", mm.lda, ", ldb ", mm.ldb, ", ldd ", mm.ldd,
-         "): ", cublasLtGetStatusString(st));
-  p.algo = results[choose(mm, results.data(), found)].algo;
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    p.ok = false;
+    p.status = st == CUBLAS_STATUS_SUCCESS ? CUBLAS_STATUS_NOT_SUPPORTED : st;
+  } else {
+    p.algo = results[choose(mm, results.data(), found)].algo;
+  }
   return cache().plans.emplace(key, p).first->second;
+}
+
+Key key_of(const Matmul& mm, int device, size_t workspace_bytes, const void* workspace) {
+  const int64_t ab_bytes = dtype_bytes(mm.ab), d_bytes = dtype_bytes(mm.d);
+  Key key = {device,
+             int64_t(mm.ab),
+             int64_t(mm.d),
+             mm.trans_a,
+             mm.trans_b,
+             mm.m,
+             mm.n,
+             mm.k,
+             mm.lda,
+             mm.ldb,
+             mm.ldd,
+             mm.accumulate,
+             mm.bias ? alignment(mm.bias) : 0,
+             alignment(mm.a, mm.lda * ab_bytes),
+             alignment(mm.b, mm.ldb * ab_bytes),
+             alignment(mm.dst, mm.ldd * d_bytes),
+             int64_t(workspace_bytes),
+             alignment(workspace),
+             int64_t(mm.act),
+             mm.aux ? mm.ldaux : -1,
+             mm.aux ? alignment(mm.aux, mm.ldaux * d_bytes) : 0,
+             mm.c ? mm.ldc : -1,
+             mm.c ? alignment(mm.c, mm.ldc * d_bytes) : 0};
+  static_assert(kAlignC == 22, "kAlignC names the last field");
+  return key;
+}
+
+// The product, or false where cuBLASLt has no algorithm for it (the plan is made, or found, first).
+bool run(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t stream, bool must) {
+  if (mm.m == 0 || mm.n == 0) return true;
+  if (mm.k == 0) {  // an empty sum: D stays (accumulate) or becomes zero (no epilogue: callers give k > 0 with one)
+    if (mm.act != Epilogue::kNone || mm.c) fail(TIGON_ERROR_INTERNAL, "matmul: an epilogue or C with k = 0");
+    if (!mm.accumulate)
+      TIGON_CUDA_CHECK(cudaMemset2DAsync(mm.dst, size_t(mm.ldd) * dtype_bytes(mm.d), 0,
+                                         size_t(mm.m) * dtype_bytes(mm.d), size_t(mm.n), stream));
+    return true;
+  }
+  int device = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  const cublasLtHandle_t h = handle(device);
+  const Plan& p = plan_for(key_of(mm, device, workspace_bytes, workspace), mm, h, workspace_bytes);
+  if (!p.ok) {
+    if (!must) return false;
+    fail(TIGON_ERROR_NOT_SUPPORTED, "cuBLASLt has no algorithm for ", dtype_name(mm.ab), " -> ", dtype_name(mm.d),
+         " m=", mm.m, " n=", mm.n, " k=", mm.k, " (lda ", mm.lda, ", ldb ", mm.ldb, ", ldd ", mm.ldd, ", epilogue ",
+         int(epilogue_of(mm)), "): ", cublasLtGetStatusString(p.status));
+  }
+  if (mm.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, mm.bias);
+  if (mm.aux) set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, mm.aux);
+  const float alpha = 1.f, beta = mm.accumulate || mm.c ? 1.f : 0.f;
+  const void* c = mm.c ? mm.c : mm.dst;
+  const cublasLtMatrixLayout_t c_layout = mm.c ? p.c : p.d;
+  TIGON_CUBLAS_CHECK(cublasLtMatmul(h, p.desc, &alpha, mm.a, p.a, mm.b, p.b, &beta, c, c_layout, mm.dst, p.d, &p.algo,
+                                    workspace, workspace_bytes, stream));
+  return true;
 }
 
 }  // namespace
 
 void matmul(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (mm.m == 0 || mm.n == 0) return;
-  if (mm.k == 0) {  // an empty sum: D stays (accumulate) or becomes zero
-    if (!mm.accumulate)
-      TIGON_CUDA_CHECK(cudaMemset2DAsync(mm.dst, size_t(mm.ldd) * dtype_bytes(mm.d), 0,
-                                         size_t(mm.m) * dtype_bytes(mm.d), size_t(mm.n), stream));
-    return;
-  }
-  int device = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t ab_bytes = dtype_bytes(mm.ab);
-  const Key key = {device,
-                   int64_t(mm.ab),
-                   int64_t(mm.d),
-                   mm.trans_a,
-                   mm.trans_b,
-                   mm.m,
-                   mm.n,
-                   mm.k,
-                   mm.lda,
-                   mm.ldb,
-                   mm.ldd,
-                   mm.accumulate,
-                   mm.bias ? alignment(mm.bias) : 0,
-                   alignment(mm.a, mm.lda * ab_bytes),
-                   alignment(mm.b, mm.ldb * ab_bytes),
-                   alignment(mm.dst, mm.ldd * dtype_bytes(mm.d)),
-                   int64_t(workspace_bytes),
-                   alignment(workspace)};
-  const cublasLtHandle_t h = handle(device);
-  const Plan& p = plan_for(key, mm, h, workspace_bytes);
-  if (mm.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, mm.bias);
-  const float alpha = 1.f, beta = mm.accumulate ? 1.f : 0.f;
-  TIGON_CUBLAS_CHECK(cublasLtMatmul(h, p.desc, &alpha, mm.a, p.a, mm.b, p.b, &beta, mm.dst, p.d, mm.dst, p.d, &p.algo,
-                                    workspace, workspace_bytes, stream));
+  run(mm, workspace, workspace_bytes, stream, true);
+}
+
+bool try_matmul(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return run(mm, workspace, workspace_bytes, stream, false);
 }
 
 }  // namespace tigon::cuda

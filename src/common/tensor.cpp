@@ -112,6 +112,26 @@ void check_same_device(const tigon_tensor& a, const char* arg_a, const tigon_ten
              a.device.device_type, ", ", a.device.device_id, "); all tensors must share one device");
 }
 
+RowMatrix rows_like(const tigon_tensor* t, const char* arg, const tigon_tensor& ref, const char* ref_arg,
+                    const RowMatrix& rm) {
+  const tigon_tensor& tt = require(t, arg);
+  check_same_device(ref, ref_arg, tt, arg);
+  const RowMatrix m = as_rows(tt, arg);
+  if (m.dtype != rm.dtype)
+    fail_dtype(arg, dtype_name(m.dtype), " differs from '", ref_arg, "' (", dtype_name(rm.dtype),
+               "); every tensor of the op has one dtype");
+  if (m.rows != rm.rows || m.cols != rm.cols)
+    fail_arg(arg, "must have ", rm.rows, " rows of ", rm.cols, " like '", ref_arg, "', got ", m.rows, " rows of ",
+             m.cols, " (shape ", shape_string(tt), ")");
+  return m;
+}
+
+void check_exact_alias(const RowMatrix& out, const char* out_arg, const RowMatrix& in, const char* in_arg) {
+  if (out.data == in.data && out.rows > 1 && out.row_stride != in.row_stride)
+    fail_arg(out_arg, "aliases '", in_arg, "' with a different row stride (", out.row_stride, " vs ", in.row_stride,
+             "); an output may only be written exactly over an input");
+}
+
 void check_dtype_in(DType got, const char* arg, std::initializer_list<DType> allowed) {
   std::string list;
   for (DType d : allowed) {

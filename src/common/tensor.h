@@ -49,6 +49,14 @@ RowMatrix as_rows(const tigon_tensor& t, const char* arg);
 // 1-D (or any shape) contiguous tensor with exactly n elements.
 void* as_vector(const tigon_tensor& t, const char* arg, int64_t n);
 
+// Same device, dtype, rows and row length as `ref` (named ref_arg, read as rm); its own row stride.
+RowMatrix rows_like(const tigon_tensor* t, const char* arg, const tigon_tensor& ref, const char* ref_arg,
+                    const RowMatrix& rm);
+
+// An output that shares its first element with an input must be that input exactly (elementwise kernels read each
+// element before writing it, so only exact aliases are safe).
+void check_exact_alias(const RowMatrix& out, const char* out_arg, const RowMatrix& in, const char* in_arg);
+
 void check_same_device(const tigon_tensor& a, const char* arg_a, const tigon_tensor& b, const char* arg_b);
 void check_dtype_in(DType got, const char* arg, std::initializer_list<DType> allowed);
 

@@ -35,29 +35,6 @@ RowMatrix first(const tigon_tensor* t, const char* arg) {
   return m;
 }
 
-// Same device, dtype, rows and row length as `ref` (named ref_arg); its own row stride.
-RowMatrix like(const tigon_tensor* t, const char* arg, const tigon_tensor& ref, const char* ref_arg,
-               const RowMatrix& rm) {
-  const tigon_tensor& tt = require(t, arg);
-  check_same_device(ref, ref_arg, tt, arg);
-  const RowMatrix m = as_rows(tt, arg);
-  if (m.dtype != rm.dtype)
-    fail_dtype(arg, dtype_name(m.dtype), " differs from '", ref_arg, "' (", dtype_name(rm.dtype),
-               "); every tensor of the op has one dtype");
-  if (m.rows != rm.rows || m.cols != rm.cols)
-    fail_arg(arg, "must have ", rm.rows, " rows of ", rm.cols, " like '", ref_arg, "', got ", m.rows, " rows of ",
-             m.cols, " (shape ", shape_string(tt), ")");
-  return m;
-}
-
-// An output that shares its first element with an input must be that input exactly (the kernels read each element
-// before writing it, so only exact aliases are safe).
-void check_alias(const RowMatrix& out, const char* out_arg, const RowMatrix& in, const char* in_arg) {
-  if (out.data == in.data && out.rows > 1 && out.row_stride != in.row_stride)
-    fail_arg(out_arg, "aliases '", in_arg, "' with a different row stride (", out.row_stride, " vs ", in.row_stride,
-             "); an output may only be written exactly over an input");
-}
-
 bool empty(const RowMatrix& m) { return m.rows == 0 || m.cols == 0; }
 
 }  // namespace
@@ -74,10 +51,10 @@ tigon_status_t tigon_swiglu_fwd(const tigon_tensor* a, const tigon_tensor* b, co
     check_params(params);
     FwdProblem p;
     p.a = first(a, "a");
-    p.b = like(b, "b", *a, "a", p.a);
-    p.c = like(c, "c", *a, "a", p.a);
-    check_alias(p.c, "c", p.a, "a");
-    check_alias(p.c, "c", p.b, "b");
+    p.b = rows_like(b, "b", *a, "a", p.a);
+    p.c = rows_like(c, "c", *a, "a", p.a);
+    check_exact_alias(p.c, "c", p.a, "a");
+    check_exact_alias(p.c, "c", p.b, "b");
     set_options(p, params);
     if (empty(p.a)) return;
     if (is_cuda(*a)) {
@@ -95,15 +72,15 @@ tigon_status_t tigon_swiglu_bwd(const tigon_tensor* dc, const tigon_tensor* a, c
     check_params(params);
     BwdProblem p;
     p.a = first(a, "a");
-    p.b = like(b, "b", *a, "a", p.a);
-    p.dc = like(dc, "dc", *a, "a", p.a);
-    p.da = like(da, "da", *a, "a", p.a);
-    p.db = like(db, "db", *a, "a", p.a);
+    p.b = rows_like(b, "b", *a, "a", p.a);
+    p.dc = rows_like(dc, "dc", *a, "a", p.a);
+    p.da = rows_like(da, "da", *a, "a", p.a);
+    p.db = rows_like(db, "db", *a, "a", p.a);
     if (p.da.data == p.db.data && !empty(p.a)) fail_arg("db", "must not alias 'da'");
     for (const auto& [out, out_arg] : {std::pair{&p.da, "da"}, std::pair{&p.db, "db"}}) {
-      check_alias(*out, out_arg, p.a, "a");
-      check_alias(*out, out_arg, p.b, "b");
-      check_alias(*out, out_arg, p.dc, "dc");
+      check_exact_alias(*out, out_arg, p.a, "a");
+      check_exact_alias(*out, out_arg, p.b, "b");
+      check_exact_alias(*out, out_arg, p.dc, "dc");
     }
     set_options(p, params);
     if (empty(p.a)) return;

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/activation_math.cuh"
 #include "common/cuda_types.cuh"
 #include "tigon/swiglu.h"
 
@@ -36,50 +37,19 @@ using cuda::load_vec;
 using cuda::round_to;
 using cuda::store_vec;
 
-// act(a) and dy · act'(a) in fp32 by the formulas, and in the order, of torch's own CUDA kernels for silu and gelu
-// (and their backward), so that each result lands on the rounding Hugging Face's module gets: one fp32 ulp apart is
-// enough to flip a bf16 rounding, and at Liger's test tolerance a few flipped activations move near-zero outputs of
-// the next projection past 1e-2. (A faster tanh-GELU form, a·σ(2u) on the SFU, cost that parity and was dropped:
-// docs/performance/swiglu-geglu.md.) Compiled without fast-math, expf / tanhf / erff are the accurate library
-// functions torch uses too.
-constexpr float kGeluTanhBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluTanhKappa = 0.044715f;
-constexpr float kGeluErfAlpha = 0.7071067811865476f;  // 1 / sqrt(2)
-constexpr float kGeluErfBeta = 0.3989422804014327f;   // 1 / sqrt(2 pi)
+// The gated activation's function, from the shared pointwise math (common/activation_math.cuh: torch's formulas).
+constexpr int pointwise(int glu) {
+  return glu == TIGON_GLU_SILU ? TIGON_ACT_SILU : glu == TIGON_GLU_GELU_TANH ? TIGON_ACT_GELU_TANH : TIGON_ACT_GELU_ERF;
+}
 
 template <int Act>
 __device__ __forceinline__ float act_fwd(float x) {
-  if constexpr (Act == TIGON_GLU_SILU) {
-    return x / (1.f + expf(-x));
-  } else if constexpr (Act == TIGON_GLU_GELU_TANH) {
-    const float x_cube = x * x * x;
-    const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
-    return 0.5f * x * (1.f + tanhf(inner));
-  } else {
-    return x * 0.5f * (1.f + erff(x * kGeluErfAlpha));
-  }
+  return cuda::act_fwd<pointwise(Act)>(x);
 }
 
 template <int Act>
 __device__ __forceinline__ float act_bwd(float x, float dy) {
-  if constexpr (Act == TIGON_GLU_SILU) {
-    const float sigmoid = 1.f / (1.f + expf(-x));
-    return dy * sigmoid * (1.f + x * (1.f - sigmoid));
-  } else if constexpr (Act == TIGON_GLU_GELU_TANH) {
-    const float x_sq = x * x, x_cube = x_sq * x;
-    const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
-    const float tanh_inner = tanhf(inner);
-    const float left = 0.5f * x, right = 1.f + tanh_inner;
-    const float left_derivative = 0.5f * right;
-    const float tanh_derivative = 1.f - tanh_inner * tanh_inner;
-    const float inner_derivative = kGeluTanhBeta * (1.f + 3.f * kGeluTanhKappa * x_sq);
-    const float right_derivative = left * tanh_derivative * inner_derivative;
-    return dy * (left_derivative + right_derivative);
-  } else {
-    const float cdf = 0.5f * (1.f + erff(x * kGeluErfAlpha));
-    const float pdf = expf(-0.5f * x * x) * kGeluErfBeta;
-    return dy * (cdf + x * pdf);
-  }
+  return cuda::act_bwd<pointwise(Act)>(x, dy);
 }
 
 template <class T, int Act, int V>

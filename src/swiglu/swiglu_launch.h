@@ -4,14 +4,12 @@
 
 #include <cuda_runtime.h>
 
+#include "common/row_launch.cuh"
 #include "swiglu/swiglu_kernels.cuh"
 
 namespace tigon::swiglu {
 
-struct Launch {
-  bool vec = false;  // 16-byte vectors (V = 16 / sizeof(T)), else one element per thread
-  dim3 block, grid;
-};
+using Launch = cuda::RowLaunch;
 
 template <class T>
 void launch_fwd(const FwdArgs& a, int activation, const Launch& l, cudaStream_t stream);

@@ -1,8 +1,7 @@
 // SwiGLU / GeGLU CPU reference. Written for clarity, not speed: the activation and its derivative in fp64 straight
 // from their definitions, rounded to the dtype where Hugging Face's module rounds (a g, act, the product; in backward
 // dc b), so the CUDA kernels, which round at the same points, can be checked against it.
-#include <cmath>
-
+#include "common/activation_math.h"
 #include "common/host_float.h"
 #include "swiglu/swiglu.h"
 
@@ -10,32 +9,12 @@ namespace tigon::swiglu {
 
 namespace {
 
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
-constexpr double kGeluCubic = 0.044715;
-constexpr double kInvSqrt2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
-
-struct ActAndGrad {
-  double act, grad;  // act(a) and d act / d a
-};
-
-ActAndGrad activation(int kind, double a) {
-  switch (kind) {
-    case TIGON_GLU_SILU: {
-      const double s = 1.0 / (1.0 + std::exp(-a));
-      return {a * s, s * (1.0 + a * (1.0 - s))};
-    }
-    case TIGON_GLU_GELU_TANH: {
-      const double inner = kSqrt2OverPi * (a + kGeluCubic * a * a * a);
-      const double t = std::tanh(inner);
-      const double dinner = kSqrt2OverPi * (1.0 + 3.0 * kGeluCubic * a * a);
-      return {0.5 * a * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * dinner};
-    }
-    default: {  // TIGON_GLU_GELU_ERF
-      const double cdf = 0.5 * (1.0 + std::erf(a * kInvSqrt2));
-      return {a * cdf, cdf + a * kInvSqrt2Pi * std::exp(-0.5 * a * a)};
-    }
-  }
+// The gated activation's function, from the shared pointwise math.
+ActAndGrad activation(int glu, double a) {
+  return activation_ref(glu == TIGON_GLU_SILU        ? TIGON_ACT_SILU
+                        : glu == TIGON_GLU_GELU_TANH ? TIGON_ACT_GELU_TANH
+                                                     : TIGON_ACT_GELU_ERF,
+                        a);
 }
 
 double elem(const RowMatrix& m, int64_t r, int64_t c) { return load_elem(m.data, m.dtype, r * m.row_stride + c); }

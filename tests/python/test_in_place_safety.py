@@ -231,3 +231,64 @@ def test_under_compile_cross_entropy_over_a_saved_tensor_is_never_silently_wrong
         assert re.search(IN_PLACE_ERROR, str(e)), e
     else:
         torch.testing.assert_close(got, want)
+
+
+# ---- pointwise activations (the output written over the input in the forward) ------------------------------------
+
+
+def _activation(kind):
+    from tigon.ops import gelu, relu, silu
+
+    return {"relu": relu, "gelu": gelu, "silu": silu}[kind]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["relu", "gelu", "silu"])
+def test_activation_over_an_input_an_op_saved_raises(device, kind):
+    x = torch.randn(4, 32, device=device, requires_grad=True)
+    saved = x.exp()  # exp saves its output: the very tensor the activation overwrites
+    y = _activation(kind)(saved, in_place=True)
+    with pytest.raises(RuntimeError, match=IN_PLACE_ERROR):
+        y.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["relu", "gelu", "silu"])
+def test_activation_refuses_a_leaf_in_place(device, kind):
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    before = x.detach().clone()
+    with pytest.raises(ValueError, match="'x' is a leaf"):
+        _activation(kind)(x, in_place=True)
+    assert torch.equal(x.detach(), before)
+    with torch.no_grad():  # no autograd, nothing to protect: allowed, as torch allows it
+        _activation(kind)(x, in_place=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_relu_keeps_only_its_output(device):
+    # the backward reads the output's sign: the one saved tensor is x's own memory, now holding relu(x)
+    leaf = torch.randn(8, 64, device=device, requires_grad=True)
+    x = leaf * 1
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        y = _activation("relu")(x, in_place=True)
+    assert y.data_ptr() == x.data_ptr()
+    assert [t.data_ptr() for t in kept] == [x.data_ptr()]
+    (g,) = torch.autograd.grad(y, leaf, torch.ones_like(y))
+    assert torch.equal(g, (leaf > 0).to(g.dtype))
+
+
+@pytest.mark.parametrize("kind", ["relu", "gelu", "silu"])
+def test_activation_in_place_under_compile_is_never_silently_wrong(kind):
+    x = torch.randn(4, 32, requires_grad=True)
+
+    def loss(x, in_place):
+        return (_activation(kind)(x.exp(), in_place=in_place) * torch.arange(32.0)).sum()
+
+    want = torch.autograd.grad(loss(x, False), x)[0]
+    try:
+        got = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(x, True), x)[0]
+    except RuntimeError as e:  # torch's in-place error is a right answer too
+        assert IN_PLACE_ERROR in str(e) or "inplace" in str(e)
+        return
+    assert_close(got, want, name="dx compiled")

@@ -17,6 +17,7 @@ _RUNNERS = {
     "layer_norm": ("layer_norm", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
+    "linear_act": ("linear_act", "run"),
     "cross_entropy": ("cross_entropy", "run"),
     "distill": ("distill", "run"),
     "fused_linear_cross_entropy": ("fused_linear_cross_entropy", "run"),

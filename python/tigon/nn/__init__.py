@@ -1,9 +1,11 @@
 """Drop-in torch.nn modules backed by Tigon's ops."""
 
+from tigon.nn.activation import GELU, ReLU, SiLU
 from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.distill import JSD, KLDivLoss, TVDLoss
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
+from tigon.nn.linear_act import Linear
 from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
@@ -13,14 +15,18 @@ __all__ = [
     "FalconH1MLP",
     "FusedAddRMSNorm",
     "FusedLinearCrossEntropyLoss",
+    "GELU",
     "GemmaMLP",
     "GemmaRMSNorm",
     "JSD",
     "KLDivLoss",
     "LayerNorm",
+    "Linear",
     "LlamaMLP",
     "Phi3MLP",
     "RMSNorm",
     "TVDLoss",
+    "ReLU",
+    "SiLU",
     "apply_rotary_pos_emb",
 ]

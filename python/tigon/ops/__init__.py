@@ -1,5 +1,6 @@
 """Tigon's torch ops. Each op family has one module here; its kernels live in src/<op>/."""
 
+from tigon.ops.activation import gelu, relu, silu
 from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.decode_attention import decode_attention
@@ -7,6 +8,7 @@ from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.gemv import gemv
 from tigon.ops.layer_norm import layer_norm
+from tigon.ops.linear_act import linear_act
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
@@ -21,11 +23,15 @@ __all__ = [
     "gemv",
     "geglu",
     "geglu_fused",
+    "gelu",
     "jsd",
     "kl_div",
     "layer_norm",
+    "linear_act",
+    "relu",
     "rms_norm",
     "rope",
+    "silu",
     "swiglu",
     "swiglu_fused",
     "tvd",

@@ -114,3 +114,16 @@ def check_tensor(op: str, name: str, t, optional: bool = False) -> None:
     if not isinstance(t, torch.Tensor):
         kind = "a torch.Tensor or None" if optional else "a torch.Tensor"
         raise TypeError(f"{op}: argument '{name}' must be {kind}, got {type(t).__name__}")
+
+
+def autocast_linear(x, weight, bias, *others):
+    """Under torch.autocast, x, weight and bias (and any further tensors: a residual) in the autocast dtype, as
+    F.linear would take them (the casts are autograd's, so an fp32 weight gets an fp32 gradient); as they are
+    otherwise."""
+    if not (
+        isinstance(x, torch.Tensor) and x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type)
+    ):
+        return (x, weight, bias, *others)
+    dtype = torch.get_autocast_dtype(x.device.type)
+    cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    return (cast(x), cast(weight), cast(bias), *(cast(t) for t in others))

@@ -19,7 +19,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import compiling, rows_ok
+from tigon.ops._common import autocast_linear, compiling, rows_ok
 from tigon.ops.cross_entropy import REDUCTIONS, CrossEntropyParams, check_options, check_target_values, with_extras
 
 __all__ = ["fused_linear_cross_entropy", "chunk_plan", "DEFAULT_MEMORY_BUDGET"]
@@ -335,18 +335,6 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         return ((dx if need_dx else None), (dw if need_dw else None), (db if need_db else None)) + (None,) * 15
 
 
-def _autocast(x, weight, bias):
-    """Under torch.autocast, x, weight and bias in the autocast dtype, as F.linear would take them (the casts are
-    autograd's, so an fp32 weight gets an fp32 gradient); as they are otherwise."""
-    if not (
-        isinstance(x, torch.Tensor) and x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type)
-    ):
-        return x, weight, bias
-    dtype = torch.get_autocast_dtype(x.device.type)
-    cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
-    return cast(x), cast(weight), cast(bias)
-
-
 def fused_linear_cross_entropy(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -384,7 +372,7 @@ def fused_linear_cross_entropy(
     A target outside [0, V) that is not ignore_index raises on the CPU and gives a NaN loss on a GPU (checking would
     synchronise); check_targets=True checks first and raises a ValueError naming 'target' and the first bad value.
     """
-    x, weight, bias = _autocast(x, weight, bias)
+    x, weight, bias = autocast_linear(x, weight, bias)
     _check_args(
         x,
         weight,

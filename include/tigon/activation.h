@@ -1,0 +1,51 @@
+/* Pointwise activations: y = act(x), elementwise over [..., C] tensors, optionally in place.
+ *
+ * act is picked by params.activation (tigon_activation_t), with torch's formulas: NONE y = x, RELU max(x, 0),
+ * GELU_ERF 0.5 x (1 + erf(x / sqrt(2))) (F.gelu), GELU_TANH 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * (F.gelu(approximate="tanh")), SILU x * sigmoid(x) (F.silu). Math is fp32 (fp64 in the CPU reference), rounded once
+ * to the dtype.
+ *
+ * Backward: dx = dy * act'(x), from the saved input x; ReLU (and NONE) may instead be given its output y
+ * (params.saved_output = 1): act'(x) = [y > 0], which is what lets an in-place ReLU keep only its output. The
+ * derivative of ReLU at 0 is 0, as torch's.
+ *
+ * Shapes: x, y, dy, dx, saved are [..., C] with the same rows and C; each may have its own row stride (last stride 1,
+ * leading dimensions flattening to one row stride). Dtypes: fp32, fp16 or bf16, one dtype for every tensor. Offsets
+ * are 64-bit. Aliasing: y may be exactly x (in place); dx may be exactly dy or saved. Partial overlaps are not
+ * allowed (they are not detected).
+ */
+#ifndef TIGON_ACTIVATION_H_
+#define TIGON_ACTIVATION_H_
+
+#include "tigon/tigon.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  TIGON_ACT_NONE = 0,
+  TIGON_ACT_RELU = 1,
+  TIGON_ACT_GELU_ERF = 2,  /* F.gelu(approximate="none") */
+  TIGON_ACT_GELU_TANH = 3, /* F.gelu(approximate="tanh") */
+  TIGON_ACT_SILU = 4
+} tigon_activation_t;
+
+typedef struct {
+  int32_t activation;   /* tigon_activation_t */
+  int32_t saved_output; /* backward only: 1 when `saved` is the output y (RELU and NONE), 0 when it is the input x */
+} tigon_activation_params;
+
+/* y = act(x); y may be x. stream: a cudaStream_t, ignored on CPU. */
+TIGON_API tigon_status_t tigon_activation_fwd(const tigon_tensor* x, const tigon_tensor* y,
+                                              tigon_activation_params params, void* stream);
+
+/* dx = dy * act'(x), from saved = x (or y, see saved_output). dx may be dy or saved. */
+TIGON_API tigon_status_t tigon_activation_bwd(const tigon_tensor* dy, const tigon_tensor* saved, const tigon_tensor* dx,
+                                              tigon_activation_params params, void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TIGON_ACTIVATION_H_ */
