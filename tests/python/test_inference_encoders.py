@@ -5,6 +5,7 @@ GPU only."""
 
 import contextlib
 import copy
+import json
 import warnings
 
 import pytest
@@ -200,6 +201,20 @@ def test_activation_mapping(act, expected):
     ids, kw = inputs()
     with torch.no_grad(), no_fallback():
         assert_outputs_match(opt(ids, **kw), ref(ids, **kw), torch.float32)
+
+
+def test_encoder_benchmark_runs_on_the_cpu(tmp_path, capsys):
+    from tigon.bench import DEFAULT_OPS, records
+    from tigon.bench import __main__ as bench
+
+    assert bench.main(["--ops", "encoder", "--quick", "--device", "cpu", "--no-chart", "--out", str(tmp_path)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert {r["impl"] for r in rows} == {"hf", "tigon"}  # the compiled rows need --cpu-compile
+    assert {tuple(r["shape"]) for r in rows} == {(1, 16), (2, 32)}
+    assert all(r["ms"] > 0 and r["sequences_per_s"] > 0 and r["max_diff"] < 1e-5 for r in rows)
+    assert "encoder: cpu | tiny-bert float32" in capsys.readouterr().out
+    assert "encoder" not in DEFAULT_OPS  # on request, like decode
+    assert records.whole_model("encoder") == "encoder" and records.whole_model("encoder_x") is None
 
 
 # ---- GPU: the layer stack replayed from CUDA graphs ----------------------------------------------------------------

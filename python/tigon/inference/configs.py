@@ -1,5 +1,5 @@
 """Model shapes by name, for random-weight models built without a download: tiny ones for tests and CPU runs, and the
-Llama-3-8B shape the decode benchmark measures on a GPU."""
+Llama-3-8B and BERT-base shapes the decode and encoder benchmarks measure on a GPU."""
 
 from __future__ import annotations
 
@@ -75,14 +75,21 @@ ENCODERS = {
 }
 
 
-def build_encoder(name: str, dtype: torch.dtype = torch.float32, device="cpu", head: str = "AutoModel", seed: int = 0):
+def build_encoder(
+    name: str,
+    dtype: torch.dtype = torch.float32,
+    device="cpu",
+    head: str = "AutoModel",
+    seed: int = 0,
+    attn_implementation: str = "eager",
+):
     """An encoder of the named shape with random weights under transformers' class `head` (AutoModel: no head;
-    AutoModelForSequenceClassification, ...), eager attention, in eval mode."""
+    AutoModelForSequenceClassification, ...), in eval mode."""
     import transformers
 
     cls, kwargs = ENCODERS[name]
     config = getattr(transformers, cls)(**kwargs)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = getattr(transformers, head).from_config(config, dtype=dtype, attn_implementation="eager")
+        model = getattr(transformers, head).from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     return model.eval()
