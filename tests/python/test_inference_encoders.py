@@ -203,6 +203,43 @@ def test_activation_mapping(act, expected):
         assert_outputs_match(opt(ids, **kw), ref(ids, **kw), torch.float32)
 
 
+class EagerGraphs:
+    """Stands in for the CUDA graphs on the CPU: records each bucket's key and runs its step eagerly, so the
+    bucketing (padding the batch and the sequence, the mask) is checked here too."""
+
+    enabled = True
+
+    def __init__(self):
+        self.graphs = {}
+
+    def run(self, key, step):
+        self.graphs[key] = self.graphs.get(key, 0) + 1
+        step()
+
+    def clear(self):
+        self.graphs.clear()
+
+
+BUCKET_CASES = [(4, 16, False), (3, 16, False), (4, 13, False), (3, 17, True), (1, 5, True), (3, 17, True)]
+BUCKET_KEYS = {(4, 16, False), (4, 16, True), (4, 32, True), (1, 8, True)}
+
+
+@pytest.mark.parametrize("name", ["bert-seqcls", "roberta", "distilbert"])
+def test_buckets_match_transformers(name):
+    """The bucketed path on the CPU: shapes that fill a bucket exactly (no mask), pad the batch or the sequence, and
+    carry padding, each against transformers; the static buffers reused per bucket."""
+    ref, opt = pair(name)
+    runner = opt.tigon_inference
+    runner.graphs = EagerGraphs()
+    for batch, length, padded in BUCKET_CASES:
+        ids, kw = inputs(batch, length, padded, token_types="distil" not in name)
+        with torch.no_grad(), no_fallback():
+            assert_outputs_match(opt(ids, **kw), ref(ids, **kw), torch.float32)
+    assert set(runner.graphs.graphs) == set(runner.buffers) == BUCKET_KEYS
+    assert runner.graphs.graphs[(4, 32, True)] == 2
+    assert runner.nbytes == sum(b * t * (64 * 4 * 2 + 1) for b, t, _ in BUCKET_KEYS)  # input, output fp32; mask
+
+
 def test_encoder_benchmark_runs_on_the_cpu(tmp_path, capsys):
     from tigon.bench import DEFAULT_OPS, records
     from tigon.bench import __main__ as bench
@@ -228,15 +265,14 @@ def test_cuda_graph_buckets_match_transformers(name):
     torch.backends.cuda.matmul.allow_tf32 = False
     ref, opt = pair(name, device="cuda")
     runner = opt.tigon_inference
-    cases = [(4, 16, False), (3, 16, False), (4, 13, False), (3, 17, True), (1, 5, True), (3, 17, True)]
-    for batch, length, padded in cases:
+    for batch, length, padded in BUCKET_CASES:
         ids, kw = inputs(batch, length, padded, token_types="distil" not in name, device="cuda")
         with torch.no_grad():
             expected = ref(ids, **kw)
             with no_fallback():
                 got = opt(ids, **kw)
         assert_outputs_match(got, expected, torch.float32)
-    assert set(runner.graphs.graphs) == {(4, 16, False), (4, 16, True), (4, 32, True), (1, 8, True)}
+    assert set(runner.graphs.graphs) == BUCKET_KEYS
 
 
 @needs_cuda

@@ -168,7 +168,7 @@ class EncoderRunner:
         x[:b, :t].copy_(h)
         if masked:
             mask[:b].fill_(False)
-            mask[:b, :t].copy_(True if valid is None else valid)
+            mask[:b, :t] = True if valid is None else valid
             mask[b:].fill_(True)  # rows past the batch: finite inputs over every key, results dropped
         self.graphs.run(key, lambda: out.copy_(self.layers(x, mask if masked else None)))
         return out[:b, :t].clone()
