@@ -137,6 +137,28 @@ def _measure(make, model, batch, prompt, new, ctx, args) -> dict:
     }
 
 
+def guarded_row(op: str, impl: str, model, ctx, measure, failed) -> dict | None:
+    """One row of a whole-model benchmark: measure() -> its record. A Skip leaves the row out (noted); any other
+    error becomes failed(message)'s record, so one failing row does not lose the others. Afterwards the model has
+    its own code back and compiled code and cached GPU memory are released."""
+    from tigon.inference import revert
+
+    try:
+        return measure()
+    except Skip as s:
+        ctx.note(f"{op}: {impl} skipped: {s}")
+        return None
+    except Exception as e:
+        traceback.print_exc()
+        return failed(f"{type(e).__name__}: {str(e)[:200]}")
+    finally:
+        revert(model)
+        torch._dynamo.reset()
+        gc.collect()
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
 def _record(ctx, name, dtype, impl, batch, prompt, new, **fields) -> dict:
     import transformers
 
@@ -158,7 +180,7 @@ def _record(ctx, name, dtype, impl, batch, prompt, new, **fields) -> dict:
 
 
 def run(args, ctx) -> list[dict]:
-    from tigon.inference import configs, revert
+    from tigon.inference import configs
 
     gpu = ctx.device.type == "cuda"
     name, prompt, new, batches = (
@@ -175,30 +197,41 @@ def run(args, ctx) -> list[dict]:
         for impl, make in IMPLS.items():
             if args.impls and impl not in args.impls:
                 continue
-            try:
+
+            def measure():
+                nonlocal reference
                 m = _measure(make, model, batch, prompt, new, ctx, args)
                 tokens = m.pop("tokens")
                 reference = tokens if impl == "hf" else reference
                 agree = None if reference is None else (tokens == reference).double().mean().item()
-                rec = _record(ctx, name, dtype, impl, batch, prompt, new, **m, agree=agree)
                 progress(
                     f"{OP} {name} batch {batch} {impl}: {m['tokens_per_s']:.0f} tokens/s, "
                     f"{m['ms_per_token']:.2f} ms/token, first token {m['ttft_ms']:.1f} ms, setup {m['setup_s']:.1f} s"
                 )
-            except Skip as s:
-                ctx.note(f"{OP}: {impl} skipped: {s}")
-                continue
-            except Exception as e:  # one failing row must not lose the others
-                traceback.print_exc()
-                rec = _record(ctx, name, dtype, impl, batch, prompt, new, error=f"{type(e).__name__}: {str(e)[:200]}")
-            finally:
-                revert(model)
-                torch._dynamo.reset()
-                gc.collect()
-                if gpu:
-                    torch.cuda.empty_cache()
-            results.append(rec)
+                return _record(ctx, name, dtype, impl, batch, prompt, new, **m, agree=agree)
+
+            failed = lambda error: _record(ctx, name, dtype, impl, batch, prompt, new, error=error)  # noqa: E731
+            rec = guarded_row(OP, impl, model, ctx, measure, failed)
+            results += [rec] if rec is not None else []
     return results
+
+
+def print_rows(rows: list[dict], what: str, cols: list[tuple[str, int]], key, cells) -> None:
+    """A whole-model benchmark's table: a title (device, model, dtype, what was run, versions), then per row key(r)
+    and the implementation, then cells(r, hf) (hf: the same shape's hf row, or None) or the row's error."""
+    r0 = rows[0]
+    print(
+        f"\n{r0['op']}: {r0['gpu']} | {r0['model']} {r0['dtype']} | {what} | torch {r0['torch']} | "
+        f"transformers {r0['transformers']} | git {r0['git_sha']}"
+    )
+    print("  ".join(n.ljust(w) if i == 1 else n.rjust(w) for i, (n, w) in enumerate(cols)))
+    for r in rows:
+        head = [key(r).rjust(cols[0][1]), r["impl"].ljust(cols[1][1])]
+        if r.get("error"):
+            print("  ".join(head + [f"FAILED: {r['error']}"[:100]]))
+            continue
+        hf = next((h for h in rows if h["shape"] == r["shape"] and h["impl"] == "hf" and not h.get("error")), None)
+        print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells(r, hf), cols[2:])]))
 
 
 def print_table(results: list[dict]) -> None:
@@ -206,25 +239,19 @@ def print_table(results: list[dict]) -> None:
     if not rows:
         return
     r0 = rows[0]
-    print(
-        f"\n{OP}: {r0['gpu']} | {r0['model']} {r0['dtype']} | prompt {r0['prompt']}, {r0['new_tokens']} new tokens, "
-        f"greedy | torch {r0['torch']} | transformers {r0['transformers']} | git {r0['git_sha']}"
-    )
     cols = [("batch", 5), ("impl", 15), ("tokens/s", 9), ("ms/token", 9), ("x hf", 6), ("ttft ms", 8)]
     cols += [("setup s", 8), ("agree", 6)]
-    print("  ".join(n.ljust(w) if i == 1 else n.rjust(w) for i, (n, w) in enumerate(cols)))
-    for r in rows:
-        head = [str(r["batch"]).rjust(5), r["impl"].ljust(15)]
-        if r.get("error"):
-            print("  ".join(head + [f"FAILED: {r['error']}"[:100]]))
-            continue
-        hf = next((h for h in rows if h["batch"] == r["batch"] and h["impl"] == "hf" and not h.get("error")), None)
-        cells = [
+    print_rows(
+        rows,
+        f"prompt {r0['prompt']}, {r0['new_tokens']} new tokens, greedy",
+        cols,
+        lambda r: str(r["batch"]),
+        lambda r, hf: [
             f"{r['tokens_per_s']:.0f}",
             f"{r['ms_per_token']:.2f}",
             f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}" if hf else "-",
             f"{r['ttft_ms']:.1f}",
             f"{r['setup_s']:.1f}",
             "-" if r.get("agree") is None else f"{r['agree']:.2f}",
-        ]
-        print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells, cols[2:])]))
+        ],
+    )

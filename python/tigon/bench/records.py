@@ -16,7 +16,7 @@ from pathlib import Path
 ENV_KEYS = ("git_sha", "timestamp", "gpu", "torch", "triton", "transformers", "liger", "tigon")
 ROW_KEYS = ("op", "shape", "dtype", "impl")
 IMPLS = ("tigon", "torch_eager", "torch_compile", "liger")
-WHOLE_MODEL = ("train_step", "decode")  # whole-model benchmarks: tables of their own, not the op table
+WHOLE_MODEL = ("train_step", "decode", "encoder")  # whole-model benchmarks: tables of their own, not the op table
 
 
 def normalize(record: dict) -> dict:
@@ -49,11 +49,11 @@ def runs(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def whole_model(op: str) -> str | None:
-    """Which whole-model benchmark a row's op belongs to (train_step and its distributed forms, decode), or None for
-    an op (decode_attention is an op)."""
+    """Which whole-model benchmark a row's op belongs to (train_step and its distributed forms; decode and encoder,
+    by exact name), or None for an op (decode_attention is an op)."""
     if op.startswith("train_step"):
         return "train_step"
-    return "decode" if op == "decode" else None
+    return op if op in WHOLE_MODEL else None
 
 
 def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:

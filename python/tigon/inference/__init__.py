@@ -7,12 +7,16 @@
 
 Supported: Llama, Mistral, Qwen2, Qwen3, Granite, Gemma, Gemma 2, Gemma 3 (text), Phi-3 and OLMo 2 causal LMs; greedy
 and sampled decoding (temperature, top-k, top-p, repetition penalty), stop tokens, left-padded batches, streamers.
-Other models and options warn and keep transformers' own behaviour. See docs/inference.md.
+BERT, RoBERTa and DistilBERT encoders (any head): the forward's encoder layers on Tigon's ops, one CUDA graph per
+(batch, sequence length) bucket on a GPU. Other models and options warn and keep transformers' own behaviour. See
+docs/inference.md.
 """
 
+from tigon.inference._encoder import ENCODER_MODEL_TYPES
 from tigon.inference._optimize import optimize_model, revert
 from tigon.inference._spec import NORM_PLACEMENT
 
-SUPPORTED_MODEL_TYPES = tuple(sorted(NORM_PLACEMENT))
+SUPPORTED_MODEL_TYPES = tuple(sorted(NORM_PLACEMENT))  # decoders: generate() on the decode loop
+SUPPORTED_ENCODER_TYPES = ENCODER_MODEL_TYPES  # encoders: forward() on Tigon's layers
 
-__all__ = ["optimize_model", "revert", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["optimize_model", "revert", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ENCODER_TYPES"]

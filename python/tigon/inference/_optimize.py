@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from tigon.inference._encoder import ENCODER_MODEL_TYPES, optimize_encoder
 from tigon.inference._engine import Engine
 from tigon.inference._forward import make_forward
 from tigon.inference._options import resolve
@@ -51,13 +52,19 @@ def optimize_model(
     loop, in place; returns the model. max_batch_size and max_seq_len (default: the model's context, at most 4096)
     size the KV cache, allocated here once; dtype converts the model first (model.to(dtype)); check_every: tokens
     between the host's checks for stop tokens. Models and options the loop does not reproduce exactly warn and keep
-    transformers' behaviour. tigon.inference.revert(model) undoes it."""
+    transformers' behaviour. tigon.inference.revert(model) undoes it.
+
+    A BERT, RoBERTa or DistilBERT model (any head) runs its encoder layers on Tigon's ops instead, one CUDA graph per
+    (batch, sequence length) bucket on a GPU; max_seq_len caps the sequence buckets (default and at most
+    max_position_embeddings); max_batch_size and check_every do not apply."""
     if not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise ValueError(f"optimize_model: max_batch_size must be a positive int, got {max_batch_size!r}")
     if not isinstance(check_every, int) or check_every < 1:
         raise ValueError(f"optimize_model: check_every must be a positive int, got {check_every!r}")
     revert(model)
     config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) in ENCODER_MODEL_TYPES:
+        return _optimize_encoder(model, max_seq_len, dtype)
     if max_seq_len is None:
         max_seq_len = min(getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
     spec = read_spec(model, max_seq_len) if config is not None else f"{type(model).__name__} has no config"
@@ -71,7 +78,7 @@ def optimize_model(
     model.forward = make_forward(model, engine, model.forward)
     model.generate = _make_generate(model, engine, model.generate)
     model.tigon_inference = engine
-    model._tigon_inference_saved = saved
+    model._tigon_inference_saved = [(model, saved)]
     log.info(
         "tigon.inference: %s on the decode loop; KV cache %.1f MiB (batch %d x %d tokens, %s)",
         type(model).__name__,
@@ -83,18 +90,37 @@ def optimize_model(
     return model
 
 
+def _optimize_encoder(model, max_seq_len: int | None, dtype: torch.dtype | None):
+    spec_dtype = next(model.parameters()).dtype
+    runner = optimize_encoder(model, max_seq_len, _MISSING)
+    if isinstance(runner, str):
+        warnings.warn(f"tigon.inference: not supported for inference yet: {runner}", stacklevel=3)
+        return model
+    if dtype is not None and dtype != spec_dtype:
+        model.to(dtype)
+    log.info(
+        "tigon.inference: %s's %d encoder layers on Tigon's ops (%s, sequence buckets up to %d)",
+        type(model).__name__,
+        len(runner.spec.layers),
+        "CUDA graphs" if runner.graphs.enabled else "eager",
+        runner.max_seq_len,
+    )
+    return model
+
+
 def revert(model):
-    """Gives an optimized model its own forward and generate back and frees the engine (cache, graphs); returns
+    """Gives an optimized model its own forward (and generate) back and frees the engine (cache, graphs); returns
     the model. A model that was not optimized is returned as it is."""
     saved = model.__dict__.pop("_tigon_inference_saved", None)
     if saved is None:
         return model
-    for name, value in saved.items():
-        if value is _MISSING:
-            model.__dict__.pop(name, None)
-        else:
-            model.__dict__[name] = value
+    for module, names in saved:
+        for name, value in names.items():
+            if value is _MISSING:
+                module.__dict__.pop(name, None)
+            else:
+                module.__dict__[name] = value
     engine = model.__dict__.pop("tigon_inference", None)
     if engine is not None:
-        engine.graphs.clear()
+        getattr(engine, "clear", engine.graphs.clear)()
     return model

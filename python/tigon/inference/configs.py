@@ -1,5 +1,5 @@
 """Model shapes by name, for random-weight models built without a download: tiny ones for tests and CPU runs, and the
-Llama-3-8B shape the decode benchmark measures on a GPU."""
+Llama-3-8B and BERT-base shapes the decode and encoder benchmarks measure on a GPU."""
 
 from __future__ import annotations
 
@@ -51,4 +51,45 @@ def build(name: str, dtype: torch.dtype = torch.float32, device="cpu", seed: int
     torch.manual_seed(seed)
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+# Encoders: (config class, config arguments), built with a head by build_encoder.
+_TINY_ENCODER = dict(
+    vocab_size=512,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=128,
+    max_position_embeddings=512,
+    type_vocab_size=2,
+)
+ENCODERS = {
+    "tiny-bert": ("BertConfig", _TINY_ENCODER),
+    "tiny-roberta": ("RobertaConfig", dict(_TINY_ENCODER, max_position_embeddings=514, pad_token_id=1)),
+    "tiny-distilbert": (
+        "DistilBertConfig",
+        dict(vocab_size=512, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=512),
+    ),
+    "bert-base": ("BertConfig", dict(vocab_size=30522, max_position_embeddings=512)),  # BertConfig's defaults
+}
+
+
+def build_encoder(
+    name: str,
+    dtype: torch.dtype = torch.float32,
+    device="cpu",
+    head: str = "AutoModel",
+    seed: int = 0,
+    attn_implementation: str = "eager",
+):
+    """An encoder of the named shape with random weights under transformers' class `head` (AutoModel: no head;
+    AutoModelForSequenceClassification, ...), in eval mode."""
+    import transformers
+
+    cls, kwargs = ENCODERS[name]
+    config = getattr(transformers, cls)(**kwargs)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = getattr(transformers, head).from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     return model.eval()
