@@ -16,6 +16,7 @@
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/gemv.h"
+#include "tigon/int8.h"
 #include "tigon/layer_norm.h"
 #include "tigon/linear_act.h"
 #include "tigon/rms_norm.h"
@@ -35,6 +36,7 @@ constexpr tigon_dtype float16{TIGON_DTYPE_CODE_FLOAT, 16, 1};
 constexpr tigon_dtype bfloat16{TIGON_DTYPE_CODE_BFLOAT, 16, 1};
 constexpr tigon_dtype int32{TIGON_DTYPE_CODE_INT, 32, 1};
 constexpr tigon_dtype int64{TIGON_DTYPE_CODE_INT, 64, 1};
+constexpr tigon_dtype int8{TIGON_DTYPE_CODE_INT, 8, 1};
 }  // namespace dtype
 
 constexpr tigon_device cpu() { return {TIGON_DEVICE_CPU, 0}; }
