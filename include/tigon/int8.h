@@ -2,8 +2,9 @@
  *
  * tigon_quantize_rows: symmetric per-row (per-token) quantization of x [M, K] (bf16, fp16 or fp32):
  *   scale[m] = max_k |x[m, k]| / 127 (fp32, one correctly rounded division), q[m, k] = round-half-even(x[m, k] /
- *   scale[m]) (fp32 division) clamped to [-127, 127]; an all-zero row has scale 0 and q 0. |x - q * scale| <= scale
- * / 2. Rows holding inf or NaN give unspecified q. q is int8 [M, K] (any row stride >= K), scale fp32 [M] contiguous.
+ *   scale[m]) (fp32 division) clamped to [-127, 127]; an all-zero row has scale 0 and q 0. |x - q * scale| <=
+ *   scale / 2 (plus the fp32 rounding of x / scale, under 1e-5 * scale). Rows holding inf or NaN give unspecified
+ *   q. q is int8 [M, K] (any row stride >= K), scale fp32 [M] contiguous.
  *
  * tigon_int8_linear: out[m, n] = act(float(acc[m, n]) * scale_x[m] * scale_w[n] + bias[n]), acc[m, n] = sum_k
  *   q_x[m, k] * q_w[n, k] in exact int32 (K <= 2^17 keeps 127 * 127 * K inside int32), the product and the bias
