@@ -113,7 +113,7 @@ TEST_P(Int8LinearCuda, MatchesReference) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // The dot products are exact on both sides; the epilogue is fp32 against fp64: one rounding of out apart.
   const double tol = rtol_of(dt);
-  EXPECT_LE(worst_ratio(go.fetch(), ref, tol * 1e-2, tol), 1.0);
+  EXPECT_LE(worst_ratio(go.fetch(), ref, tol * 0.05, tol), 1.0);
 }
 
 const LCase kLinearShapes[] = {
