@@ -301,6 +301,36 @@ inline void gemv(const TensorView& x, const TensorView& weight, const TensorView
   check(tigon_gemv(x, weight, detail::opt(bias), y, workspace, workspace_bytes, stream));
 }
 
+inline void quantize_rows(const TensorView& x, const TensorView& q, const TensorView& scale, void* stream = nullptr) {
+  check(tigon_quantize_rows(x, q, scale, stream));
+}
+
+inline size_t int8_linear_workspace_size(const TensorView& q_x, const TensorView& q_w) {
+  size_t bytes = 0;
+  check(tigon_int8_linear_workspace_size(q_x, q_w, &bytes));
+  return bytes;
+}
+
+inline void int8_linear(const TensorView& q_x, const TensorView& scale_x, const TensorView& q_w,
+                        const TensorView& scale_w, const TensorView* bias, const TensorView& out,
+                        tigon_int8_linear_params params, void* workspace = nullptr, size_t workspace_bytes = 0,
+                        void* stream = nullptr) {
+  check(tigon_int8_linear(q_x, scale_x, q_w, scale_w, detail::opt(bias), out, params, workspace, workspace_bytes,
+                          stream));
+}
+
+inline size_t gemv_int8_workspace_size(const TensorView& x, const TensorView& q_w) {
+  size_t bytes = 0;
+  check(tigon_gemv_int8_workspace_size(x, q_w, &bytes));
+  return bytes;
+}
+
+inline void gemv_int8(const TensorView& x, const TensorView& q_w, const TensorView& scale_w, const TensorView* bias,
+                      const TensorView& y, void* workspace = nullptr, size_t workspace_bytes = 0,
+                      void* stream = nullptr) {
+  check(tigon_gemv_int8(x, q_w, scale_w, detail::opt(bias), y, workspace, workspace_bytes, stream));
+}
+
 inline void activation_fwd(const TensorView& x, const TensorView& y, tigon_activation_params params,
                            void* stream = nullptr) {
   check(tigon_activation_fwd(x, y, params, stream));
