@@ -16,6 +16,7 @@
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/gemv.h"
+#include "tigon/int8.h"
 #include "tigon/layer_norm.h"
 #include "tigon/linear_act.h"
 #include "tigon/rms_norm.h"
@@ -35,6 +36,7 @@ constexpr tigon_dtype float16{TIGON_DTYPE_CODE_FLOAT, 16, 1};
 constexpr tigon_dtype bfloat16{TIGON_DTYPE_CODE_BFLOAT, 16, 1};
 constexpr tigon_dtype int32{TIGON_DTYPE_CODE_INT, 32, 1};
 constexpr tigon_dtype int64{TIGON_DTYPE_CODE_INT, 64, 1};
+constexpr tigon_dtype int8{TIGON_DTYPE_CODE_INT, 8, 1};
 }  // namespace dtype
 
 constexpr tigon_device cpu() { return {TIGON_DEVICE_CPU, 0}; }
@@ -297,6 +299,36 @@ inline size_t gemv_workspace_size(const TensorView& x, const TensorView& weight)
 inline void gemv(const TensorView& x, const TensorView& weight, const TensorView* bias, const TensorView& y,
                  void* workspace = nullptr, size_t workspace_bytes = 0, void* stream = nullptr) {
   check(tigon_gemv(x, weight, detail::opt(bias), y, workspace, workspace_bytes, stream));
+}
+
+inline void quantize_rows(const TensorView& x, const TensorView& q, const TensorView& scale, void* stream = nullptr) {
+  check(tigon_quantize_rows(x, q, scale, stream));
+}
+
+inline size_t int8_linear_workspace_size(const TensorView& q_x, const TensorView& q_w) {
+  size_t bytes = 0;
+  check(tigon_int8_linear_workspace_size(q_x, q_w, &bytes));
+  return bytes;
+}
+
+inline void int8_linear(const TensorView& q_x, const TensorView& scale_x, const TensorView& q_w,
+                        const TensorView& scale_w, const TensorView* bias, const TensorView& out,
+                        tigon_int8_linear_params params, void* workspace = nullptr, size_t workspace_bytes = 0,
+                        void* stream = nullptr) {
+  check(tigon_int8_linear(q_x, scale_x, q_w, scale_w, detail::opt(bias), out, params, workspace, workspace_bytes,
+                          stream));
+}
+
+inline size_t gemv_int8_workspace_size(const TensorView& x, const TensorView& q_w) {
+  size_t bytes = 0;
+  check(tigon_gemv_int8_workspace_size(x, q_w, &bytes));
+  return bytes;
+}
+
+inline void gemv_int8(const TensorView& x, const TensorView& q_w, const TensorView& scale_w, const TensorView* bias,
+                      const TensorView& y, void* workspace = nullptr, size_t workspace_bytes = 0,
+                      void* stream = nullptr) {
+  check(tigon_gemv_int8(x, q_w, scale_w, detail::opt(bias), y, workspace, workspace_bytes, stream));
 }
 
 inline void activation_fwd(const TensorView& x, const TensorView& y, tigon_activation_params params,

@@ -83,6 +83,7 @@ _DTYPE_CODES = {
     torch.bfloat16: (4, 16),
     torch.int32: (0, 32),
     torch.int64: (0, 64),
+    torch.int8: (0, 8),
     torch.uint8: (1, 8),
 }
 _DEVICE_TYPES = {"cpu": 1, "cuda": 2}

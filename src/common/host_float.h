@@ -33,6 +33,7 @@ inline double load_elem(const void* base, DType t, int64_t i) {
     case DType::kBFloat16: return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
     case DType::kInt32: return static_cast<const int32_t*>(base)[i];
     case DType::kInt64: return double(static_cast<const int64_t*>(base)[i]);
+    case DType::kInt8: return static_cast<const int8_t*>(base)[i];
   }
   return 0;
 }
@@ -45,6 +46,7 @@ inline void store_elem(void* base, DType t, int64_t i, double v) {
     case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = float_to_bf16_bits(float(v)); return;
     case DType::kInt32: static_cast<int32_t*>(base)[i] = int32_t(v); return;
     case DType::kInt64: static_cast<int64_t*>(base)[i] = int64_t(v); return;
+    case DType::kInt8: static_cast<int8_t*>(base)[i] = int8_t(v); return;
   }
 }
 

@@ -23,6 +23,8 @@ cudaDataType_t cuda_type(DType t) {
     case DType::kFloat32: return CUDA_R_32F;
     case DType::kFloat16: return CUDA_R_16F;
     case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kInt8: return CUDA_R_8I;
+    case DType::kInt32: return CUDA_R_32I;
     default: fail(TIGON_ERROR_INTERNAL, "matmul: unexpected dtype ", dtype_name(t));
   }
 }
@@ -111,7 +113,9 @@ const Plan& plan_for(const Key& key, const Matmul& mm, cublasLtHandle_t h, size_
   auto it = cache().plans.find(key);
   if (it != cache().plans.end()) return it->second;
   Plan p;
-  TIGON_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const bool imma = mm.ab == DType::kInt8;  // int8 x int8 -> int32: integer accumulation and alpha / beta
+  TIGON_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, imma ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                              imma ? CUDA_R_32I : CUDA_R_32F));
   set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(mm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(mm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   const cublasLtEpilogue_t epilogue = epilogue_of(mm);
@@ -193,6 +197,8 @@ bool run(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t
                                          size_t(mm.m) * dtype_bytes(mm.d), size_t(mm.n), stream));
     return true;
   }
+  if (mm.ab == DType::kInt8 && (mm.d != DType::kInt32 || mm.act != Epilogue::kNone || mm.bias || mm.c))
+    fail(TIGON_ERROR_INTERNAL, "matmul: int8 A and B take an int32 D and no epilogue or C");
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   const cublasLtHandle_t h = handle(device);
@@ -205,10 +211,14 @@ bool run(const Matmul& mm, void* workspace, size_t workspace_bytes, cudaStream_t
   }
   if (mm.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, mm.bias);
   if (mm.aux) set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, mm.aux);
-  const float alpha = 1.f, beta = mm.accumulate || mm.c ? 1.f : 0.f;
+  const float alpha_f = 1.f, beta_f = mm.accumulate || mm.c ? 1.f : 0.f;
+  const int32_t alpha_i = 1, beta_i = mm.accumulate || mm.c ? 1 : 0;  // int8 A and B: int32 scaling
+  const bool imma = mm.ab == DType::kInt8;
+  const void* alpha = imma ? static_cast<const void*>(&alpha_i) : &alpha_f;
+  const void* beta = imma ? static_cast<const void*>(&beta_i) : &beta_f;
   const void* c = mm.c ? mm.c : mm.dst;
   const cublasLtMatrixLayout_t c_layout = mm.c ? p.c : p.d;
-  TIGON_CUBLAS_CHECK(cublasLtMatmul(h, p.desc, &alpha, mm.a, p.a, mm.b, p.b, &beta, c, c_layout, mm.dst, p.d, &p.algo,
+  TIGON_CUBLAS_CHECK(cublasLtMatmul(h, p.desc, alpha, mm.a, p.a, mm.b, p.b, beta, c, c_layout, mm.dst, p.d, &p.algo,
                                     workspace, workspace_bytes, stream));
   return true;
 }

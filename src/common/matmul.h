@@ -17,8 +17,9 @@ namespace tigon::cuda {
 enum class Epilogue { kNone, kRelu, kGelu };
 
 struct Matmul {
-  DType ab = DType::kBFloat16;  // A and B (fp32, fp16 or bf16); fp32 accumulation and scaling always
-  DType d = DType::kBFloat16;   // D: ab, or fp32
+  DType ab = DType::kBFloat16;  // A and B (fp32, fp16 or bf16; fp32 accumulation and scaling), or int8
+  DType d = DType::kBFloat16;   // D: ab, or fp32; int32 for int8 A and B (int32 accumulation and scaling, IMMA:
+                                // A transposed, B not, no epilogue, no C; cuBLASLt's rules in include/tigon/int8.h)
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;

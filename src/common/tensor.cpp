@@ -12,6 +12,7 @@ const char* dtype_name(DType t) {
     case DType::kBFloat16: return "bfloat16";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kInt8: return "int8";
   }
   return "?";
 }
@@ -32,6 +33,7 @@ DType dtype_of(const tigon_tensor& t, const char* arg) {
     if (d.code == TIGON_DTYPE_CODE_BFLOAT && d.bits == 16) return DType::kBFloat16;
     if (d.code == TIGON_DTYPE_CODE_INT && d.bits == 32) return DType::kInt32;
     if (d.code == TIGON_DTYPE_CODE_INT && d.bits == 64) return DType::kInt64;
+    if (d.code == TIGON_DTYPE_CODE_INT && d.bits == 8) return DType::kInt8;
   }
   fail_dtype(arg, "(code ", int(d.code), ", bits ", int(d.bits), ", lanes ", int(d.lanes), ") is not supported");
 }

@@ -11,11 +11,12 @@
 
 namespace tigon {
 
-enum class DType { kFloat32, kFloat16, kBFloat16, kInt32, kInt64 };
+enum class DType { kFloat32, kFloat16, kBFloat16, kInt32, kInt64, kInt8 };
 
 const char* dtype_name(DType t);
 inline int dtype_bytes(DType t) {
   switch (t) {
+    case DType::kInt8: return 1;
     case DType::kFloat16:
     case DType::kBFloat16: return 2;
     case DType::kFloat32:

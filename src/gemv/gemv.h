@@ -11,10 +11,11 @@
 namespace tigon::gemv {
 
 struct Problem {
-  RowMatrix x;                 // M x K
-  RowMatrix w;                 // N x K
-  RowMatrix y;                 // M x N
-  const void* bias = nullptr;  // N elements in x's dtype, or nullptr
+  RowMatrix x;                     // M x K
+  RowMatrix w;                     // N x K, x's dtype, or int8 with w_scale (tigon_gemv_int8)
+  RowMatrix y;                     // M x N
+  const void* bias = nullptr;      // N elements in x's dtype, or nullptr
+  const float* w_scale = nullptr;  // int8 w: N fp32 scales, y = (x . w[n]) * w_scale[n] (+ bias)
 };
 
 // CPU reference (gemv_ref.cpp): fp64 accumulation, one rounding per output element.

@@ -1,6 +1,7 @@
 // GEMV CUDA path: the plan (rows of x per block, K split, tile), dtype and vector-width dispatch, the combine pass.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
@@ -52,7 +53,7 @@ bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
-template <class T, int MT, int V>
+template <class T, int MT, int V, class W>
 void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
   const size_t smem = size_t(MT) * p.tile_k * sizeof(T);
   for (int64_t z0 = 0; z0 < p.row_chunks; z0 += kMaxGridZ) {
@@ -60,35 +61,36 @@ void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
     a.m0 = z0 * MT;
     const dim3 grid(unsigned(ceil_div(a.N, kBlockRows)), unsigned(p.splits),
                     unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
-    kern::gemv<T, MT, V><<<grid, kern::kThreads, smem, stream>>>(a);
+    kern::gemv<T, MT, V, W><<<grid, kern::kThreads, smem, stream>>>(a);
     TIGON_CUDA_CHECK_LAUNCH();
   }
 }
 
-template <class T, int V>
+template <class T, int V, class W>
 void launch_mt(const kern::Args& a, const Plan& p, cudaStream_t stream) {
   switch (p.mt) {
-    case 1: return launch_rows<T, 1, V>(a, p, stream);
-    case 2: return launch_rows<T, 2, V>(a, p, stream);
-    case 4: return launch_rows<T, 4, V>(a, p, stream);
-    case 8: return launch_rows<T, 8, V>(a, p, stream);
-    default: return launch_rows<T, 16, V>(a, p, stream);
+    case 1: return launch_rows<T, 1, V, W>(a, p, stream);
+    case 2: return launch_rows<T, 2, V, W>(a, p, stream);
+    case 4: return launch_rows<T, 4, V, W>(a, p, stream);
+    case 8: return launch_rows<T, 8, V, W>(a, p, stream);
+    default: return launch_rows<T, 16, V, W>(a, p, stream);
   }
 }
 
-template <class T>
+// W: the weight's element type, T or int8_t (then pr.w_scale holds a scale per row of W).
+template <class T, class W>
 void launch(const Problem& pr, const Plan& p, float* partial, cudaStream_t stream) {
-  kern::Args a{pr.x.data, pr.w.data,       pr.bias,         pr.y.data,       partial,   pr.x.rows, pr.w.rows,
-               pr.x.cols, pr.x.row_stride, pr.w.row_stride, pr.y.row_stride, p.k_split, p.tile_k,  0};
-  constexpr int V = 16 / sizeof(T);
+  kern::Args a{pr.x.data, pr.w.data,       pr.bias,         pr.y.data,       pr.w_scale, partial,  pr.x.rows, pr.w.rows,
+               pr.x.cols, pr.x.row_stride, pr.w.row_stride, pr.y.row_stride, p.k_split,  p.tile_k, 0};
+  constexpr int V = 16 / sizeof(W);  // elements of W per 16-byte load (x: 16 / sizeof(T) per load, V per W load)
   const bool vec = pr.x.cols % V == 0 && rows_aligned(pr.x) && rows_aligned(pr.w);
   if (vec)
-    launch_mt<T, V>(a, p, stream);
+    launch_mt<T, V, W>(a, p, stream);
   else
-    launch_mt<T, 1>(a, p, stream);
+    launch_mt<T, 1, W>(a, p, stream);
   if (!partial) return;
   const int64_t blocks = std::min<int64_t>(ceil_div(pr.x.rows * pr.w.rows, 256), 4096);
-  kern::combine<T><<<unsigned(blocks), 256, 0, stream>>>(a, int(p.splits));
+  kern::combine<T, !std::is_same_v<T, W>><<<unsigned(blocks), 256, 0, stream>>>(a, int(p.splits));
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
@@ -106,7 +108,11 @@ void run_cuda(const Problem& pr, void* workspace, size_t, void* stream_ptr) {
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   const Plan p = make_plan(pr.x.rows, pr.w.rows, pr.x.cols, pr.x.dtype, sm_count(device));
   float* partial = p.splits > 1 ? static_cast<float*>(workspace) : nullptr;
-  TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T>(pr, p, partial, stream));
+  if (pr.w.dtype == DType::kInt8) {
+    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, int8_t>(pr, p, partial, stream));
+  } else {
+    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, T>(pr, p, partial, stream));
+  }
 }
 
 }  // namespace tigon::gemv

@@ -9,6 +9,10 @@
 // (each byte is read once) and accumulate in fp32 registers, acc[row of W][row of x]; at the end one reduce-scatter
 // over the warp's lanes leaves each sum in one lane, which writes y (plus the bias) or, when K is split across
 // blocks, an fp32 partial that the combine kernel adds up in split order.
+//
+// Weight-only int8 (tigon_gemv_int8) is the same kernel with W's element type int8_t: a 16-byte load of W carries 16
+// weights, so a lane multiplies each W vector by 32 bytes of x (two 16-byte shared-memory reads of 16-bit x), and the
+// per-output-channel scale multiplies the finished sum (in the kernel, or in the combine pass when K is split).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,7 +38,8 @@ struct Args {
   const void* w;
   const void* bias;  // nullptr: none
   void* y;
-  float* partial;  // [splits][M][N] fp32 when K is split, else nullptr
+  const float* w_scale;  // int8 W: one scale per row of W (else unused)
+  float* partial;        // [splits][M][N] fp32 when K is split, else nullptr
   int64_t M, N, K;
   int64_t x_stride, w_stride, y_stride;
   int64_t k_split;  // elements of K per split (a multiple of kKAlign)
@@ -48,12 +53,42 @@ using Raw = std::conditional_t<V == 1, T, uint4>;
 
 template <class T, int V>
 __device__ __forceinline__ void to_floats(const Raw<T, V>& r, float (&f)[V]) {
-  if constexpr (V == 1) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if constexpr (V == 1) {
+      f[0] = float(r);
+    } else {
+      const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = float(int8_t(w[i / 4] >> (8 * (i % 4))));
+    }
+  } else if constexpr (V == 1) {
     f[0] = cuda::to_f<T>(r);
   } else {
     cuda::unpack16<T>(r, f);
   }
 }
+
+// The x elements that meet one W vector of V elements of type W, as floats, from shared memory: one element, or
+// V * sizeof(T) / 16 vectors of 16 bytes (one when W is T).
+template <class T, class W, int V>
+__device__ __forceinline__ void x_floats(const T* p, float (&f)[V]) {
+  if constexpr (V == 1) {
+    f[0] = cuda::to_f<T>(*p);
+  } else {
+    constexpr int kPer = 16 / sizeof(T);
+#pragma unroll
+    for (int i = 0; i < V / kPer; ++i) {
+      float g[kPer];
+      cuda::unpack16<T>(reinterpret_cast<const uint4*>(p)[i], g);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) f[i * kPer + j] = g[j];
+    }
+  }
+}
+
+// Elements of x per 16-byte staging load: 16 / sizeof(T) on the vector path (V > 1), else 1.
+template <class T, int V>
+constexpr int kStageVec = V == 1 ? 1 : 16 / int(sizeof(T));
 
 template <class T, int V>
 __device__ __forceinline__ Raw<T, V> load_w(const T* p) {
@@ -95,16 +130,20 @@ __device__ __forceinline__ void stage_x(const Args& a, T* xs, int64_t m0, int64_
 }
 
 // One step of the warp's stride for all its rows: acc[r][m] += W[r][k .. k + V) . x[m][k .. k + V).
-template <class T, int MT, int V>
-__device__ __forceinline__ void fma_step(const Raw<T, V> (&wv)[kRowsPerWarp], const T* xs, int tile_k, int c,
+template <class T, class W, int MT, int V>
+__device__ __forceinline__ void fma_step(const Raw<W, V> (&wv)[kRowsPerWarp], const T* xs, int tile_k, int c,
                                          float (&acc)[kRowsPerWarp][MT]) {
   float wf[kRowsPerWarp][V];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) to_floats<T, V>(wv[r], wf[r]);
+  for (int r = 0; r < kRowsPerWarp; ++r) to_floats<W, V>(wv[r], wf[r]);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     float xf[V];
-    to_floats<T, V>(load_smem<T, V>(xs + m * tile_k + c), xf);
+    if constexpr (std::is_same_v<T, W>) {
+      to_floats<T, V>(load_smem<T, V>(xs + m * tile_k + c), xf);
+    } else {
+      x_floats<T, W, V>(xs + m * tile_k + c, xf);
+    }
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
@@ -112,8 +151,9 @@ __device__ __forceinline__ void fma_step(const Raw<T, V> (&wv)[kRowsPerWarp], co
   }
 }
 
-// grid: (ceil(N / kBlockRows), splits, row chunks of MT); dynamic shared memory MT * tile_k * sizeof(T).
-template <class T, int MT, int V>
+// grid: (ceil(N / kBlockRows), splits, row chunks of MT); dynamic shared memory MT * tile_k * sizeof(T). W: the
+// weight's element type (T, or int8_t with a scale per row); V: elements of W per load (16 bytes, or one).
+template <class T, int MT, int V, class W = T>
 __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* xs = reinterpret_cast<T*>(smem);
@@ -122,8 +162,8 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
   const int64_t k_begin = int64_t(blockIdx.y) * a.k_split;
   const int64_t k_end = k_begin + a.k_split < a.K ? k_begin + a.k_split : a.K;
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
-  const T* w = static_cast<const T*>(a.w);
-  const T* wrow[kRowsPerWarp];
+  const W* w = static_cast<const W*>(a.w);
+  const W* wrow[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)  // rows past N read the last row again and are not written
     wrow[r] = w + (n0 + r < a.N ? n0 + r : a.N - 1) * a.w_stride;
@@ -133,24 +173,24 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
   for (int64_t t0 = k_begin; t0 < k_end; t0 += a.tile_k) {
     const int len = int(k_end - t0 < a.tile_k ? k_end - t0 : a.tile_k);
     __syncthreads();  // the previous tile's readers are done
-    stage_x<T, MT, V>(a, xs, m0, t0, len);
+    stage_x<T, MT, kStageVec<T, V>>(a, xs, m0, t0, len);
     __syncthreads();
     if (n0 >= a.N) continue;  // a warp past the last row still stages x with the others
     int c = lane * V;
     for (; c + (kUnroll - 1) * kStride < len; c += kUnroll * kStride) {
-      Raw<T, V> wv[kUnroll][kRowsPerWarp];
+      Raw<W, V> wv[kUnroll][kRowsPerWarp];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) wv[u][r] = load_w<T, V>(wrow[r] + t0 + c + u * kStride);
+        for (int r = 0; r < kRowsPerWarp; ++r) wv[u][r] = load_w<W, V>(wrow[r] + t0 + c + u * kStride);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) fma_step<T, MT, V>(wv[u], xs, a.tile_k, c + u * kStride, acc);
+      for (int u = 0; u < kUnroll; ++u) fma_step<T, W, MT, V>(wv[u], xs, a.tile_k, c + u * kStride, acc);
     }
     for (; c < len; c += kStride) {
-      Raw<T, V> wv[kRowsPerWarp];
+      Raw<W, V> wv[kRowsPerWarp];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) wv[r] = load_w<T, V>(wrow[r] + t0 + c);
-      fma_step<T, MT, V>(wv, xs, a.tile_k, c, acc);
+      for (int r = 0; r < kRowsPerWarp; ++r) wv[r] = load_w<W, V>(wrow[r] + t0 + c);
+      fma_step<T, W, MT, V>(wv, xs, a.tile_k, c, acc);
     }
   }
   if (n0 >= a.N) return;
@@ -161,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
     for (int m = 0; m < MT; ++m) v[r * MT + m] = acc[r][m];
-  const float s = cuda::reduce_scatter<kSums>(v, 32);  // lane l holds sum l / kLanesPerSum
+  float s = cuda::reduce_scatter<kSums>(v, 32);  // lane l holds sum l / kLanesPerSum
   if (lane % kLanesPerSum != 0) return;
   const int idx = lane / kLanesPerSum, r = idx / MT, m = idx % MT;
   const int64_t n = n0 + r, row = m0 + m;
@@ -169,19 +209,21 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
   if (a.partial) {
     a.partial[(int64_t(blockIdx.y) * a.M + row) * a.N + n] = s;
   } else {
+    if constexpr (!std::is_same_v<T, W>) s *= a.w_scale[n];
     const float b = a.bias ? cuda::to_f<T>(static_cast<const T*>(a.bias)[n]) : 0.f;
     static_cast<T*>(a.y)[row * a.y_stride + n] = cuda::from_f<T>(s + b);
   }
 }
 
-// y[m, n] = sum over splits, in split order, of partial[split][m][n] (+ bias[n]).
-template <class T>
+// y[m, n] = sum over splits, in split order, of partial[split][m][n] (times w_scale[n] when scaled) (+ bias[n]).
+template <class T, bool Scaled = false>
 __global__ void __launch_bounds__(256) combine(const Args a, int splits) {
   const int64_t total = a.M * a.N;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float s = 0.f;
     for (int sp = 0; sp < splits; ++sp) s += a.partial[sp * total + i];
     const int64_t m = i / a.N, n = i - m * a.N;
+    if constexpr (Scaled) s *= a.w_scale[n];
     if (a.bias) s += cuda::to_f<T>(static_cast<const T*>(a.bias)[n]);
     static_cast<T*>(a.y)[m * a.y_stride + n] = cuda::from_f<T>(s);
   }

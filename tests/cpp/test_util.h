@@ -20,6 +20,7 @@ inline tigon_dtype to_dl(DType t) {
     case DType::kBFloat16: return tigon::dtype::bfloat16;
     case DType::kInt32: return tigon::dtype::int32;
     case DType::kInt64: return tigon::dtype::int64;
+    case DType::kInt8: return tigon::dtype::int8;
   }
   return tigon::dtype::float32;
 }

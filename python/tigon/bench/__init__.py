@@ -23,6 +23,8 @@ _RUNNERS = {
     "fused_linear_cross_entropy": ("fused_linear_cross_entropy", "run"),
     "attention": ("attention", "run"),
     "gemv": ("gemv", "run"),
+    "int8_gemm": ("int8", "run_gemm"),
+    "gemv_int8": ("int8", "run_gemv"),
     "decode_attention": ("decode_attention", "run"),
     "post_training": ("post_training", "run"),
     "post_training_distill": ("distill", "run_fused"),

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from tigon.bench.harness import bench_shapes, make_impls, run_checks, time_checked, time_fwd
+from tigon.bench.harness import linear_cases, make_impls, run_checks, time_checked, time_fwd
 from tigon.bench.report import progress
 
 OP = "gemv"
 GPU_SHAPES = [(1, 4096, 14336), (1, 4096, 4096), (8, 4096, 14336), (1, 4096, 128256)]  # first = the headline
 CPU_SHAPES = [(1, 256, 512), (4, 256, 1024)]
-DIMS = "rows x K x N"
 
 
 def _tigon(ctx, args):
@@ -34,15 +33,8 @@ IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager}
 
 def run(args, ctx) -> list[dict]:
     fns = make_impls(OP, IMPLS, args, ctx)
-    shapes = bench_shapes(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, DIMS)
-    if args.quick and not args.shapes:
-        shapes = shapes[:2]
     results = []
-    for shape in shapes:
-        m, k, n = shape
-        gen = torch.Generator(device=ctx.device).manual_seed(0)
-        x = torch.randn(m, k, generator=gen, device=ctx.device).to(ctx.dtype)
-        w = (torch.randn(n, k, generator=gen, device=ctx.device) / k**0.5).to(ctx.dtype)
+    for shape, x, w in linear_cases(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, quick=2):
         ref = torch.nn.functional.linear(x.float(), w.float())
         checks = run_checks(fns, lambda fn: {"err_y": (fn(x, w).float() - ref).abs().max().item()})
         del ref

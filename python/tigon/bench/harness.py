@@ -47,6 +47,20 @@ def bench_shapes(label: str, args, ctx, gpu_shapes, cpu_shapes, expected: str) -
     return keep
 
 
+def linear_cases(label: str, args, ctx, gpu_shapes, cpu_shapes, quick: int):
+    """(shape, x, w) per (rows, K, N) shape (--shapes or the defaults; the first `quick` under --quick): x [rows, K]
+    and w [N, K] / sqrt(K) in the run's dtype, the same seeded values in every run."""
+    shapes = bench_shapes(label, args, ctx, gpu_shapes, cpu_shapes, "rows x K x N")
+    if args.quick and not args.shapes:
+        shapes = shapes[:quick]
+    for shape in shapes:
+        m, k, n = shape
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        x = torch.randn(m, k, generator=gen, device=ctx.device).to(ctx.dtype)
+        w = (torch.randn(n, k, generator=gen, device=ctx.device) / k**0.5).to(ctx.dtype)
+        yield shape, x, w
+
+
 def make_impls(label: str, factories: dict, args, ctx, *extra) -> dict:
     """{name: fn} for every factory not filtered out by --impls; a factory raises Skip(reason) when it cannot run
     here (not installed, wrong device), which becomes a note under the table."""

@@ -7,6 +7,7 @@ from tigon.ops.decode_attention import decode_attention
 from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.gemv import gemv
+from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.linear_act import linear_act
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
@@ -21,13 +22,16 @@ __all__ = [
     "flash_attention",
     "fused_linear_cross_entropy",
     "gemv",
+    "gemv_int8",
     "geglu",
     "geglu_fused",
     "gelu",
+    "int8_linear",
     "jsd",
     "kl_div",
     "layer_norm",
     "linear_act",
+    "quantize_rows",
     "relu",
     "rms_norm",
     "rope",
