@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 from tigon.bench.rms_norm import EPS, hf_rms_norm
 
 OP = "add_rms_norm"
@@ -34,11 +34,7 @@ def _torch_eager(ctx, args):
 
 
 def _torch_compile(ctx, args):
-    from tigon.bench.report import Skip
-
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    return torch.compile(two_steps, dynamic=False)
+    return compiled(two_steps, ctx, args)
 
 
 def _liger(ctx, args):

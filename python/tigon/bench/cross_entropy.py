@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.report import Skip
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, stream_fwd_full, time_checked
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, stream_fwd_full, time_checked
 from tigon.bench.timing import input_copy, peak_extra_mib, time_ms
 
 OP = "cross_entropy"
@@ -39,9 +38,7 @@ def _torch_eager(ctx, args):
 
 
 def _torch_compile(ctx, args):
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    return torch.compile(hf_loss, dynamic=False), False
+    return compiled(hf_loss, ctx, args), False
 
 
 def _liger(ctx, args):

@@ -20,9 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from tigon.bench.cross_entropy import measure_logits
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked
 from tigon.bench.post_training import time_with_tflops
-from tigon.bench.report import Skip
 
 OPS = {"distill_kl": "kl", "distill_jsd": "jsd"}
 GPU_SHAPES = [(8192, 128256)]
@@ -70,9 +69,7 @@ def _torch_eager(kind, ctx, args):
 
 
 def _torch_compile(kind, ctx, args):
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    return torch.compile(lambda x, t: eager_divergence(kind, x, t), dynamic=False), False
+    return compiled(lambda x, t: eager_divergence(kind, x, t), ctx, args), False
 
 
 def _liger(kind, ctx, args):

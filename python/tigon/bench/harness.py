@@ -12,6 +12,7 @@ from tigon.bench.timing import graph_time_ms, input_copy, peak_extra_mib, rotate
 
 __all__ = [
     "bench_shapes",
+    "compiled",
     "liger",
     "make_impls",
     "time_fwd_bwd",
@@ -20,6 +21,14 @@ __all__ = [
     "run_checks",
     "time_checked",
 ]
+
+
+def compiled(fn, ctx, args):
+    """torch.compile of the torch baseline fn, specialised per shape (dynamic=False: as a training run with a fixed
+    sequence length would), or Skip on the CPU unless --cpu-compile (inductor takes 15-30 s per shape there)."""
+    if ctx.device.type != "cuda" and not args.cpu_compile:
+        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
+    return torch.compile(fn, dynamic=False)
 
 
 def liger(module: str, name: str, ctx):

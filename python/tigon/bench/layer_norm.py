@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.report import Skip
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "layer_norm"
@@ -39,9 +38,7 @@ def _torch_eager(ctx, args):
 
 
 def _torch_compile(ctx, args):
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    return torch.compile(torch_layer_norm, dynamic=False)  # specialised per shape, as a fixed-length training run
+    return compiled(torch_layer_norm, ctx, args)
 
 
 def _liger(ctx, args):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.harness import bench_shapes, make_impls, run_checks, time_checked, time_fwd_bwd
-from tigon.bench.report import Skip, progress
+from tigon.bench.harness import bench_shapes, compiled, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.report import progress
 
 OP = "linear_act"
 GPU_SHAPES = [(8192, 4096, 14336), (4096, 4096, 4096)]  # Llama-3-8B's up projection over 8192 tokens; a square GEMM
@@ -51,9 +51,7 @@ def _torch_eager(act, ctx, args):
 
 
 def _torch_compile(act, ctx, args):
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    return torch.compile(torch_linear_act(act), dynamic=False)
+    return compiled(torch_linear_act(act), ctx, args)
 
 
 def _matmul(act, ctx, args):

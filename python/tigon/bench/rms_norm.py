@@ -10,8 +10,7 @@ import inspect
 
 import torch
 
-from tigon.bench.report import Skip
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "rms_norm"
@@ -42,10 +41,7 @@ def _torch_eager(ctx, args):
 
 
 def _torch_compile(ctx, args):
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    # dynamic=False: specialise on each shape, as a training run with fixed sequence length would.
-    return torch.compile(hf_rms_norm, dynamic=False)
+    return compiled(hf_rms_norm, ctx, args)
 
 
 def _liger(ctx, args):

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tigon.bench.report import Skip
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 
 
 OP = "rope"
@@ -43,9 +42,7 @@ def _torch_eager(ctx, args):
 
 
 def _torch_compile(ctx, args):
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    return torch.compile(hf_apply_rotary_pos_emb, dynamic=False)
+    return compiled(hf_apply_rotary_pos_emb, ctx, args)
 
 
 def _liger(ctx, args):

@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.bench.report import Skip
-from tigon.bench.harness import bench_shapes, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked, time_fwd_bwd
 from tigon.bench.timing import input_copy
 
 
@@ -52,9 +51,7 @@ def _torch_eager(variant, ctx, args):
 
 
 def _torch_compile(variant, ctx, args):
-    if ctx.device.type != "cuda" and not args.cpu_compile:
-        raise Skip("CPU: inductor takes 15-30 s per shape to compile (--cpu-compile to include it)")
-    return torch.compile(hf_glu(variant), dynamic=False)
+    return compiled(hf_glu(variant), ctx, args)
 
 
 def _liger(variant, ctx, args):  # its backward writes da, db over a, b too
