@@ -102,7 +102,9 @@ __global__ void __launch_bounds__(kThreads) decode(const Args a) {
   const T* kbase = static_cast<const T*>(a.k) + b * a.k_b + hkv * a.k_h + vec * 8;
   const T* vbase = static_cast<const T*>(a.v) + b * a.v_b + hkv * a.v_h + vec * 8;
 
-  for (int j0 = max(lo, 0) + slot; j0 < hi; j0 += kSlots * kUnroll) {
+  // Every slot runs the same steps (the shuffles below span the warp's slots): keys past hi are masked, not skipped.
+  for (int step = max(lo, 0); step < hi; step += kSlots * kUnroll) {
+    const int j0 = step + slot;
     uint4 kr[kUnroll], vr[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
