@@ -339,9 +339,15 @@ struct SliceShape {
   int64_t piece_vecs = 1;
 };
 
+// A Stats entry padded to 32 bytes: st.async's 16-byte store needs every slot 16-byte aligned.
+struct alignas(16) StatSlot {
+  Stats s;
+  float pad[2];
+};
+
 // This block's entry sent into slot `rank` of every block of the cluster (st.async counted on that block's bar), then
 // every block merges all entries in the same order: identical results everywhere, no cluster-wide barrier.
-__device__ __forceinline__ void send_stats(const Stats& s, Stats* slots, uint64_t* bar, int csize, int rank) {
+__device__ __forceinline__ void send_stats(const Stats& s, StatSlot* slots, uint64_t* bar, int csize, int rank) {
   const int tid = int(threadIdx.x);
   if (tid < csize) {
     const uint32_t dst = cuda::cluster_addr(&slots[rank], uint32_t(tid)), rbar = cuda::cluster_addr(bar, uint32_t(tid));
@@ -358,10 +364,6 @@ __device__ __forceinline__ void send_sums(const Sums& s, Sums* slots, uint64_t* 
   }
 }
 
-struct alignas(16) StatSlot {
-  Stats s;
-  float pad[2];
-};
 static_assert(sizeof(Stats) == kStatBytes && sizeof(Sums) == kSumBytes, "exchange sizes");
 static_assert(kMaxPieces * 8 + 3 * 8 + (kThreads / 32) * (sizeof(Stats) + sizeof(Sums)) +
                       kMaxCluster * (sizeof(StatSlot) + sizeof(Sums)) <=
@@ -452,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, 2) cluster_rows_kernel(RowArgs a, Sl
   st = block_merge(st, warp_stats, a);
   if (csize > 1) {
     __cluster_barrier_wait();  // every block running and its barriers initialised before anyone writes into it
-    send_stats(st, &stat_slots[0].s, &stat_bar, csize, rank);
+    send_stats(st, stat_slots, &stat_bar, csize, rank);
     cuda::mbar_wait(&stat_bar, 0);
     st = merge_entries<Stats>(csize, [&](int j) { return stat_slots[j].s; }, a);
   }

@@ -126,18 +126,19 @@ def test_bhsd_cache_passed_transposed_equals_bshd(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_writing_new_tokens_then_decoding(device):
     """The module docstring's recipe: the new keys and values go in at device-side positions, then one call."""
-    b, s_max, hkv, d = 3, 16, 2, 16
-    k_cache = torch.zeros(b, s_max, hkv, d, device=device)
+    b, s_max, hkv, d = 3, 16, 2, 64
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32  # CUDA takes bf16/fp16 only
+    k_cache = torch.zeros(b, s_max, hkv, d, device=device, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
     lens = torch.tensor([4, 9, 0], dtype=torch.int32, device=device)
     k_cache[:, :9] = torch.randn(b, 9, hkv, d, device=device)
     v_cache[:, :9] = torch.randn(b, 9, hkv, d, device=device)
-    k_new, v_new, q = torch.randn(b, hkv, d, device=device), torch.randn(b, hkv, d, device=device), None
+    k_new, v_new = torch.randn(b, hkv, d, device=device), torch.randn(b, hkv, d, device=device)
     rows = torch.arange(b, device=device)
     k_cache[rows, lens.long()] = k_new
     v_cache[rows, lens.long()] = v_new
     lens = lens + 1
-    q = torch.randn(b, 1, 4, d, device=device)
+    q = torch.randn(b, 1, 4, d, device=device, dtype=dtype)
     check(q, k_cache, v_cache, lens)
 
 

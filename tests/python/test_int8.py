@@ -16,9 +16,11 @@ from tolerances import assert_close
 
 
 def ref_quantize(x):
-    """scale = max|x| / 127 (one fp32 division), q = round-half-even(x / scale) (fp32), clamped; zero rows: 0."""
+    """scale = max|x| / 127 (one correctly rounded fp32 division), q = round-half-even(x / scale) (fp32), clamped;
+    zero rows: 0. The quotient is taken in fp64 and rounded: torch on CUDA divides by a Python scalar as a multiply
+    by its reciprocal, which can differ in the last bit."""
     amax = x.float().abs().amax(-1)
-    scale = amax / 127
+    scale = (amax.double() / 127).float()
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(x.float() / safe[..., None]).clamp(-127, 127)
     q = torch.where(scale[..., None] > 0, q, torch.zeros_like(q))
@@ -26,7 +28,7 @@ def ref_quantize(x):
 
 
 def ref_int8_linear(q_x, s_x, q_w, s_w, bias, act):
-    acc = q_x.long() @ q_w.long().T  # exact
+    acc = (q_x.cpu().long() @ q_w.cpu().long().T).to(q_x.device)  # exact (CUDA has no int64 matmul)
     y = acc.double() * s_x.double()[:, None] * s_w.double()[None, :]
     if bias is not None:
         y = y + bias.double()
@@ -95,7 +97,7 @@ def test_int8_linear_integer_part_is_exact(device):
     q_x, q_w = rand_int8(5, 256, device=device), rand_int8(12, 256, device=device)
     one_x, one_w = torch.ones(5, device=device), torch.ones(12, device=device)
     out = tigon.ops.int8_linear(q_x, one_x, q_w, one_w, out_dtype=torch.float32)
-    assert torch.equal(out.long(), q_x.long() @ q_w.long().T)
+    assert torch.equal(out.long().cpu(), q_x.cpu().long() @ q_w.cpu().long().T)
 
 
 @pytest.mark.parametrize("device", DEVICES)
