@@ -133,7 +133,7 @@ def test_writing_new_tokens_then_decoding(device):
     lens = torch.tensor([4, 9, 0], dtype=torch.int32, device=device)
     k_cache[:, :9] = torch.randn(b, 9, hkv, d, device=device)
     v_cache[:, :9] = torch.randn(b, 9, hkv, d, device=device)
-    k_new, v_new = torch.randn(b, hkv, d, device=device), torch.randn(b, hkv, d, device=device)
+    k_new, v_new = (torch.randn(b, hkv, d, device=device, dtype=dtype) for _ in range(2))
     rows = torch.arange(b, device=device)
     k_cache[rows, lens.long()] = k_new
     v_cache[rows, lens.long()] = v_new

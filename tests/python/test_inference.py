@@ -270,7 +270,7 @@ def test_cuda_memory_does_not_grow():
     for _ in range(10):
         run()
     torch.cuda.synchronize()
-    assert torch.cuda.memory_allocated() == before
+    assert torch.cuda.memory_allocated() <= before  # the first call's transients may be freed since
 
 
 @needs_cuda

@@ -286,7 +286,7 @@ def test_cuda_graph_memory_does_not_grow_and_revert_frees():
         for _ in range(10):
             assert torch.equal(opt(ids, **kw).last_hidden_state, first)
         torch.cuda.synchronize()
-    assert torch.cuda.memory_allocated() == before
+    assert torch.cuda.memory_allocated() <= before  # the first call's transients may be freed since
     runner = opt.tigon_inference
     tigon.inference.revert(opt)
     assert not runner.graphs.graphs and not runner.buffers
