@@ -108,20 +108,29 @@ def graph_time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: i
 
 
 def prime_graph_capture(device: torch.device) -> None:
-    """Captures one small forward + backward into a throwaway CUDA graph. A process's first capture of a backward
-    can fail, and the failure sticks to retries of the same capture (seen on an H200 with torch 2.11); absorbing it
-    here keeps the first op measured from losing its graph numbers."""
+    """Captures small forward + backward steps into throwaway CUDA graphs: torch's own, then one through a Tigon op.
+    A process's first capture of a backward through a Tigon op can fail, and the failure sticks to retries of the same
+    capture (seen on an H200 with torch 2.11; a torch-only priming capture did not absorb it); absorbing it here keeps
+    the first op measured from losing its graph numbers."""
     if device.type != "cuda":
         return
+    import tigon  # noqa: PLC0415 (the benchmark imports torch first; the library loads on use)
+
     x = torch.randn(64, 64, device=device, requires_grad=True)
-    step = lambda: torch.autograd.grad((x * x).sum(), x)  # noqa: E731
-    for attempt in range(2):
-        try:
-            graph_time_ms(step, device, reps=2, warmup=1)
-            return
-        except Exception:  # the failure this exists to absorb
-            torch.cuda.synchronize(device)
-            torch.cuda.empty_cache()
+    h = torch.randn(64, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    steps = (
+        lambda: torch.autograd.grad((x * x).sum(), x),
+        lambda: torch.autograd.grad(tigon.ops.rms_norm(h.mul(1), w).float().sum(), (h, w)),
+    )
+    for step in steps:
+        for attempt in range(2):
+            try:
+                graph_time_ms(step, device, reps=2, warmup=1)
+                break
+            except Exception:  # the failure this exists to absorb
+                torch.cuda.synchronize(device)
+                torch.cuda.empty_cache()
 
 
 def input_copy(t: torch.Tensor, requires_grad: bool | None = None) -> torch.Tensor:
