@@ -57,9 +57,12 @@ __device__ __forceinline__ void to_floats(const Raw<T, V>& r, float (&f)[V]) {
     if constexpr (V == 1) {
       f[0] = float(r);
     } else {
-      const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+      // Byte b as the float 2^23 + (b + 128): the biased byte (b ^ 0x80) under the exponent bits 0x4B, one byte permute,
+      // then one subtraction of 2^23 + 128 (exact). Four int-to-float conversions would run at a quarter of the rate.
+      const uint32_t w[4] = {r.x ^ 0x80808080u, r.y ^ 0x80808080u, r.z ^ 0x80808080u, r.w ^ 0x80808080u};
 #pragma unroll
-      for (int i = 0; i < 16; ++i) f[i] = float(int8_t(w[i / 4] >> (8 * (i % 4))));
+      for (int i = 0; i < 16; ++i)
+        f[i] = __uint_as_float(__byte_perm(w[i / 4], 0x4B000000u, 0x7540u | (i % 4))) - 8388736.f;
     }
   } else if constexpr (V == 1) {
     f[0] = cuda::to_f<T>(r);
