@@ -57,8 +57,9 @@ __device__ __forceinline__ void to_floats(const Raw<T, V>& r, float (&f)[V]) {
     if constexpr (V == 1) {
       f[0] = float(r);
     } else {
-      // Byte b as the float 2^23 + (b + 128): the biased byte (b ^ 0x80) under the exponent bits 0x4B, one byte permute,
-      // then one subtraction of 2^23 + 128 (exact). Four int-to-float conversions would run at a quarter of the rate.
+      // Byte b as the float 2^23 + (b + 128): the biased byte (b ^ 0x80) under the exponent bits 0x4B, one byte
+      // permute, then one subtraction of 2^23 + 128 (exact). Four int-to-float conversions would run at a quarter of
+      // the rate.
       const uint32_t w[4] = {r.x ^ 0x80808080u, r.y ^ 0x80808080u, r.z ^ 0x80808080u, r.w ^ 0x80808080u};
 #pragma unroll
       for (int i = 0; i < 16; ++i)
