@@ -36,9 +36,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 using tigon::decode_attention::kern::Args;  // the library's arguments, so its combine pass merges the chunks
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
@@ -389,12 +387,12 @@ void run(const Problem& p, bool check, int sms) {
   const float us = time_us(launch, 50), us_lib = time_us(launch_lib, 50);
   double bytes = 0;
   for (int b = 0; b < p.batch; ++b) bytes += 2.0 * std::min(std::max(p.lens[b], 0), p.s_max) * p.hkv * D * 2;
-  std::printf("B %d Tq %d Hq %d Hkv %d D %d S %d softcap %g window %d | splits %d chunk %d blocks %d | "
-              "mma %.1f us (%.2f TB/s) library %.1f us (%.2f TB/s)%s",
-              p.batch, p.tq, p.hq, p.hkv, D, p.s_max, p.softcap, p.window, a.splits, a.chunk, blocks, us,
-              bytes / us * 1e-6, us_lib, bytes / us_lib * 1e-6, check ? "" : "\n");
-  if (check)
-    std::printf(" | worst err/tol: mma %.3f library %.3f %s\n", worst, worst_lib, worst <= 1 ? "ok" : "FAIL");
+  std::printf(
+      "B %d Tq %d Hq %d Hkv %d D %d S %d softcap %g window %d | splits %d chunk %d blocks %d | "
+      "mma %.1f us (%.2f TB/s) library %.1f us (%.2f TB/s)%s",
+      p.batch, p.tq, p.hq, p.hkv, D, p.s_max, p.softcap, p.window, a.splits, a.chunk, blocks, us, bytes / us * 1e-6,
+      us_lib, bytes / us_lib * 1e-6, check ? "" : "\n");
+  if (check) std::printf(" | worst err/tol: mma %.3f library %.3f %s\n", worst, worst_lib, worst <= 1 ? "ok" : "FAIL");
   cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dref), cudaFree(dlens);
   cudaFree(a.part_out), cudaFree(a.part_lse), cudaFree(ws);
 }
@@ -407,8 +405,8 @@ int main() {
   run({8, 1, 32, 8, 128, 8192, std::vector<int>(8, 8192)}, true, sms);
   run({1, 1, 32, 8, 128, 8192, {8192}}, true, sms);
   run({32, 1, 32, 8, 128, 4096, std::vector<int>(32, 4096)}, false, sms);
-  run({4, 3, 16, 2, 128, 1000, {1000, 3, 517, 0}}, true, sms);                   // tq 3, 24 rows: 2 row blocks
-  run({2, 1, 8, 4, 64, 700, {700, 65}, 30.f, 100}, true, sms);                   // D 64, softcap, window
-  run({3, 2, 32, 32, 128, 300, {300, 1, 2}}, true, sms);                         // MHA, L < tq
+  run({4, 3, 16, 2, 128, 1000, {1000, 3, 517, 0}}, true, sms);  // tq 3, 24 rows: 2 row blocks
+  run({2, 1, 8, 4, 64, 700, {700, 65}, 30.f, 100}, true, sms);  // D 64, softcap, window
+  run({3, 2, 32, 32, 128, 300, {300, 1, 2}}, true, sms);        // MHA, L < tq
   return 0;
 }

@@ -9,6 +9,7 @@ from tigon.nn.linear_act import Linear
 from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
+from tigon.nn.tiled_mlp import TiledGEGLUMLP, TiledMLP, TiledSwiGLUMLP, tiled_mlp
 
 __all__ = [
     "CrossEntropyLoss",
@@ -26,7 +27,11 @@ __all__ = [
     "Phi3MLP",
     "RMSNorm",
     "TVDLoss",
+    "TiledGEGLUMLP",
+    "TiledMLP",
+    "TiledSwiGLUMLP",
     "ReLU",
     "SiLU",
     "apply_rotary_pos_emb",
+    "tiled_mlp",
 ]
