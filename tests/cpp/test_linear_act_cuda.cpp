@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,7 +22,20 @@ namespace {
 // rather than the rounded one: a rounding or two of the output, relative to the largest value (atol scaled).
 void expect_close(const HostMat& got, const HostMat& ref, const char* what) {
   const double tol = 2 * rtol_of(got.dtype == DType::kFloat32 ? ref.dtype : got.dtype);
-  EXPECT_LE(worst_ratio(got, ref, tol * std::max(1.0, max_abs(ref)), tol), 1.0) << what;
+  const double atol = tol * std::max(1.0, max_abs(ref));
+  if (worst_ratio(got, ref, atol, tol) <= 1.0) return;
+  // Where it fails, and how widely: the worst element and the count past the tolerance.
+  int64_t wr = 0, wc = 0, bad = 0;
+  double worst = -1;
+  for (int64_t r = 0; r < ref.rows; ++r)
+    for (int64_t c = 0; c < ref.cols; ++c) {
+      const double e = std::fabs(got.at(r, c) - ref.at(r, c)) / (atol + tol * std::fabs(ref.at(r, c)));
+      bad += e > 1.0;
+      if (e > worst) worst = e, wr = r, wc = c;
+    }
+  ADD_FAILURE() << what << ": worst " << worst << "x the tolerance at [" << wr << ", " << wc << "] (got "
+                << got.at(wr, wc) << ", want " << ref.at(wr, wc) << "); " << bad << " of " << ref.rows * ref.cols
+                << " elements past it";
 }
 
 // Device copies of every matrix of a problem; views of them by host matrix.
