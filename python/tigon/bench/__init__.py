@@ -15,6 +15,7 @@ _RUNNERS = {
     "rms_norm": ("rms_norm", "run"),
     "add_rms_norm": ("add_rms_norm", "run"),
     "layer_norm": ("layer_norm", "run"),
+    "dyt": ("dyt", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
     "linear_act": ("linear_act", "run"),

@@ -3,6 +3,7 @@
 from tigon.nn.activation import GELU, ReLU, SiLU
 from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.distill import JSD, KLDivLoss, TVDLoss
+from tigon.nn.dyt import DyT
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.linear_act import Linear
@@ -13,6 +14,7 @@ from tigon.nn.tiled_mlp import TiledGEGLUMLP, TiledMLP, TiledSwiGLUMLP, tiled_ml
 
 __all__ = [
     "CrossEntropyLoss",
+    "DyT",
     "FalconH1MLP",
     "FusedAddRMSNorm",
     "FusedLinearCrossEntropyLoss",

@@ -5,6 +5,7 @@ from tigon.ops.attention import flash_attention
 from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.decode_attention import decode_attention
 from tigon.ops.distill import distill, jsd, kl_div, tvd
+from tigon.ops.dyt import dyt
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.gemv import gemv
 from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
@@ -19,6 +20,7 @@ __all__ = [
     "cross_entropy",
     "decode_attention",
     "distill",
+    "dyt",
     "flash_attention",
     "fused_linear_cross_entropy",
     "gemv",

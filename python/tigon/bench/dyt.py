@@ -1,0 +1,87 @@
+"""DyT benchmark: ``gamma * tanh(alpha * x) + beta`` forward and backward (dx and the three parameter gradients)
+against torch (eager and torch.compile) and Liger-Kernel's LigerDyTFunction.
+
+Memory-bound: the forward reads x and writes y; the backward reads x and dy and writes dx (the parameters and the
+fp32 partial sums are negligible). Figure of merit: bandwidth against the copy measured in the same run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+
+OP = "dyt"
+GPU_SHAPES = [(16384, 4096), (4096, 8192)]
+CPU_SHAPES = [(256, 1024)]
+
+
+def torch_dyt(x, alpha, gamma, beta):
+    return gamma * torch.tanh(alpha * x) + beta
+
+
+def _tigon(ctx, args):
+    import tigon
+
+    return tigon.ops.dyt
+
+
+def _torch_eager(ctx, args):
+    return torch_dyt
+
+
+def _torch_compile(ctx, args):
+    return compiled(torch_dyt, ctx, args)
+
+
+def _liger(ctx, args):
+    fn = liger("liger_kernel.ops.dyt", "LigerDyTFunction", ctx)
+    return fn.apply
+
+
+IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
+
+
+def _forward_backward(fn, inputs, dy):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    y = fn(*leaves)
+    return (y, *torch.autograd.grad(y, leaves, dy))
+
+
+def _max_errors(fn, inputs, dy, ref) -> dict:
+    """Max abs difference against torch in float32: y, dx, and the parameters' gradients (relative to their size)."""
+    got = _forward_backward(fn, inputs, dy)
+    err = [(g.float() - e).abs().max().item() / max(1.0, e.abs().max().item()) for g, e in zip(got, ref)]
+    return {"err_y": err[0], "err_dx": err[1], "err_dw": max(err[2:])}
+
+
+def run(args, ctx) -> list[dict]:
+    fns = make_impls(OP, IMPLS, args, ctx)
+    results = []
+    for shape in bench_shapes(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, "rows x hidden"):
+        M, N = shape
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        rand = lambda *size: torch.randn(*size, generator=gen, device=ctx.device)  # noqa: E731
+        x, dy = (rand(M, N).to(ctx.dtype) for _ in range(2))
+        alpha = torch.full((1,), 0.5, device=ctx.device)
+        gamma, beta = 1 + 0.1 * rand(N), 0.1 * rand(N)  # fp32 parameters, as a mixed-precision model keeps them
+        inputs = (x, alpha, gamma, beta)
+        elt = x.element_size()
+        nbytes = {"fwd": 2 * M * N * elt, "bwd": 3 * M * N * elt, "full": 5 * M * N * elt}
+        if "torch_compile" in fns:
+            torch._dynamo.reset()
+        ref = _forward_backward(torch_dyt, [t.float() for t in inputs], dy.float())
+        checks = run_checks(fns, lambda fn: _max_errors(fn, inputs, dy, ref))
+        del ref
+        results += time_checked(
+            OP,
+            f"{OP} {M}x{N}",
+            shape,
+            fns,
+            checks,
+            lambda fn: time_fwd_bwd(OP, fn, inputs, (0, 1, 2, 3), (dy,), ctx),
+            nbytes,
+            ctx,
+        )
+        del x, dy, inputs
+    return results
