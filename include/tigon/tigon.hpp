@@ -13,6 +13,7 @@
 #include "tigon/activation.h"
 #include "tigon/cross_entropy.h"
 #include "tigon/distill.h"
+#include "tigon/dyt.h"
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/gemv.h"
@@ -197,6 +198,24 @@ inline void layer_norm_bwd(const TensorView& dy, const TensorView& x, const Tens
                            void* workspace, size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_layer_norm_bwd(dy, x, detail::opt(weight), mean, rstd, dx, detail::opt(dw), detail::opt(db), workspace,
                              workspace_bytes, stream));
+}
+
+inline void dyt_fwd(const TensorView& x, const TensorView& alpha, const TensorView& gamma, const TensorView* beta,
+                    const TensorView& y, void* stream = nullptr) {
+  check(tigon_dyt_fwd(x, alpha, gamma, detail::opt(beta), y, stream));
+}
+
+inline size_t dyt_bwd_workspace_size(const TensorView& x) {
+  size_t bytes = 0;
+  check(tigon_dyt_bwd_workspace_size(x, &bytes));
+  return bytes;
+}
+
+inline void dyt_bwd(const TensorView& dy, const TensorView& x, const TensorView& alpha, const TensorView& gamma,
+                    const TensorView* dx, const TensorView* dalpha, const TensorView* dgamma, const TensorView* dbeta,
+                    void* workspace, size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_dyt_bwd(dy, x, alpha, gamma, detail::opt(dx), detail::opt(dalpha), detail::opt(dgamma),
+                      detail::opt(dbeta), workspace, workspace_bytes, stream));
 }
 
 inline void rope_fwd(const TensorView& x, const TensorView& cos, const TensorView& sin, const TensorView& out,

@@ -13,7 +13,7 @@ struct FwdProblem {
   RowMatrix x, y;
   const float* alpha = nullptr;  // one value, on x's device
   const void* gamma = nullptr;
-  const void* beta = nullptr;  // nullptr: none
+  const void* beta = nullptr;           // nullptr: none
   DType param_dtype = DType::kFloat32;  // gamma's and beta's
 };
 

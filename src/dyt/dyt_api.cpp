@@ -122,8 +122,9 @@ tigon_status_t tigon_dyt_bwd(const tigon_tensor* dy, const tigon_tensor* x, cons
     [[maybe_unused]] const bool sums = p.dalpha || p.dgamma || p.dbeta;
     if (is_cuda(xt)) {
       TIGON_ON_CUDA(xt, {
-        if (sums) check_workspace(workspace, workspace_bytes, cuda_workspace_bytes(p.x.rows, p.x.cols, p.x.dtype),
-                                  "tigon_dyt_bwd_workspace_size");
+        if (sums)
+          check_workspace(workspace, workspace_bytes, cuda_workspace_bytes(p.x.rows, p.x.cols, p.x.dtype),
+                          "tigon_dyt_bwd_workspace_size");
         bwd_cuda(p, workspace, stream);
       });
     } else {

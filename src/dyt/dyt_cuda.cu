@@ -44,7 +44,8 @@ __global__ void dyt_fwd_kernel(const Args a) {
     g[j] = param<P>(a.gamma, col + j);
     b[j] = a.beta ? param<P>(a.beta, col + j) : 0.f;
   }
-  for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < a.rows; row += int64_t(gridDim.y) * blockDim.y) {
+  for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < a.rows;
+       row += int64_t(gridDim.y) * blockDim.y) {
     float x[V], y[V];
     load_vec<T, V>(static_cast<const T*>(a.x) + row * a.x_stride + col, x);
 #pragma unroll
@@ -123,12 +124,12 @@ void bwd_typed(const Args& a, bool vec, dim3 grid, cudaStream_t s) {
 }
 
 // Runs F<T, P> for the activations' dtype T and the parameters' dtype P (T or fp32).
-#define TIGON_DYT_SWITCH(xdt, pdt, F, ...)                                     \
-  TIGON_SWITCH_FLOAT(xdt, T, {                                                 \
-    if ((pdt) == DType::kFloat32)                                              \
-      F<T, float>(__VA_ARGS__);                                                \
-    else                                                                       \
-      F<T, T>(__VA_ARGS__);                                                    \
+#define TIGON_DYT_SWITCH(xdt, pdt, F, ...) \
+  TIGON_SWITCH_FLOAT(xdt, T, {             \
+    if ((pdt) == DType::kFloat32)          \
+      F<T, float>(__VA_ARGS__);            \
+    else                                   \
+      F<T, T>(__VA_ARGS__);                \
   })
 
 template <class T, class P>

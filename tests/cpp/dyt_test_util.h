@@ -11,7 +11,8 @@
 
 namespace tigon_test {
 
-using DytCase = std::tuple<DType, DType, int64_t, int64_t, int64_t, bool>;  // x dtype, gamma dtype, rows, cols, pad, beta
+using DytCase =
+    std::tuple<DType, DType, int64_t, int64_t, int64_t, bool>;  // x dtype, gamma dtype, rows, cols, pad, beta
 
 inline std::string dyt_case_name(const ::testing::TestParamInfo<DytCase>& info) {
   const DytCase& c = info.param;

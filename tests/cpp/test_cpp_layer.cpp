@@ -39,6 +39,20 @@ TEST(CppLayer, LayerNorm) {
   expect_error_naming([&] { tigon::layer_norm_fwd(xv, &short_w, nullptr, yv, nullptr, nullptr); }, "weight");
 }
 
+TEST(CppLayer, Dyt) {
+  std::vector<float> x{0.f, 1.f, -2.f, 3.f}, alpha{0.5f}, g(2, 2.f), b(2, 1.f), y(4), dx(4), da(1), dg(2), db(2);
+  TensorView xv(x.data(), {2, 2}, dt::float32), av(alpha.data(), {1}, dt::float32), gv(g.data(), {2}, dt::float32),
+      bv(b.data(), {2}, dt::float32), yv(y.data(), {2, 2}, dt::float32), dxv(dx.data(), {2, 2}, dt::float32),
+      dav(da.data(), {1}, dt::float32), dgv(dg.data(), {2}, dt::float32), dbv(db.data(), {2}, dt::float32);
+  tigon::dyt_fwd(xv, av, gv, &bv, yv);
+  EXPECT_NEAR(y[1], 2.f * std::tanh(0.5f) + 1.f, 1e-6f);
+  EXPECT_EQ(tigon::dyt_bwd_workspace_size(xv), 0u);  // the CPU path needs none
+  tigon::dyt_bwd(yv, xv, av, gv, &dxv, &dav, &dgv, &dbv, nullptr, 0);
+  EXPECT_NEAR(db[0], y[0] + y[2], 1e-5f);
+  TensorView short_g(g.data(), {1}, dt::float32);
+  expect_error_naming([&] { tigon::dyt_fwd(xv, av, short_g, nullptr, yv); }, "gamma");
+}
+
 TEST(CppLayer, Rope) {
   std::vector<float> x(1 * 1 * 2 * 4, 1.f), out(8), cs(2 * 4, 1.f), sn(2 * 4, 0.f);
   TensorView xv(x.data(), {1, 1, 2, 4}, dt::float32), ov(out.data(), {1, 1, 2, 4}, dt::float32),

@@ -96,8 +96,8 @@ TEST(DytApi, RejectsBadArguments) {
   expect_error(tigon_dyt_fwd(x.view(), alpha.view(), f16_gamma.view(), nullptr, y.view(), nullptr), "gamma");
   expect_error(tigon_dyt_fwd(x.view(), alpha.view(), gamma.view(), dbeta32.view(), y.view(), nullptr), "beta");
   expect_error(tigon_dyt_fwd(x.view(), alpha.view(), gamma.view(), nullptr, i32.view(), nullptr), "y");
-  expect_error(tigon_dyt_bwd(y.view(), x.view(), alpha.view(), gamma.view(), nullptr, nullptr, dgamma16.view(),
-                             nullptr, nullptr, 0, nullptr),
+  expect_error(tigon_dyt_bwd(y.view(), x.view(), alpha.view(), gamma.view(), nullptr, nullptr, dgamma16.view(), nullptr,
+                             nullptr, 0, nullptr),
                "dgamma");
   expect_error(tigon_dyt_bwd(y.view(), x.view(), alpha.view(), gamma.view(), nullptr, nullptr, dgamma_bf.view(),
                              dbeta32.view(), nullptr, 0, nullptr),

@@ -53,8 +53,8 @@ TEST_P(DytCuda, MatchesReference) {
             TIGON_SUCCESS)
       << tigon_last_error();
   auto run_bwd = [&] {
-    ASSERT_EQ(tigon_dyt_bwd(gdy.view(), gx.view(), ga.view(), gg.view(), gdx.view(), gda.view(), gdg.view(),
-                            gdb.view(), ws, bytes, nullptr),
+    ASSERT_EQ(tigon_dyt_bwd(gdy.view(), gx.view(), ga.view(), gg.view(), gdx.view(), gda.view(), gdg.view(), gdb.view(),
+                            ws, bytes, nullptr),
               TIGON_SUCCESS)
         << tigon_last_error();
   };
