@@ -22,6 +22,7 @@
 #include "tigon/linear_act.h"
 #include "tigon/rms_norm.h"
 #include "tigon/rope.h"
+#include "tigon/softmax.h"
 #include "tigon/swiglu.h"
 #include "tigon/tigon.h"
 
@@ -216,6 +217,14 @@ inline void dyt_bwd(const TensorView& dy, const TensorView& x, const TensorView&
                     void* workspace, size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_dyt_bwd(dy, x, alpha, gamma, detail::opt(dx), detail::opt(dalpha), detail::opt(dgamma),
                       detail::opt(dbeta), workspace, workspace_bytes, stream));
+}
+
+inline void softmax_fwd(const TensorView& x, const TensorView& y, void* stream = nullptr) {
+  check(tigon_softmax_fwd(x, y, stream));
+}
+
+inline void softmax_bwd(const TensorView& dy, const TensorView& y, const TensorView& dx, void* stream = nullptr) {
+  check(tigon_softmax_bwd(dy, y, dx, stream));
 }
 
 inline void rope_fwd(const TensorView& x, const TensorView& cos, const TensorView& sin, const TensorView& out,

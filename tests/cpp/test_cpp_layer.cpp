@@ -53,6 +53,16 @@ TEST(CppLayer, Dyt) {
   expect_error_naming([&] { tigon::dyt_fwd(xv, av, short_g, nullptr, yv); }, "gamma");
 }
 
+TEST(CppLayer, Softmax) {
+  std::vector<float> x{0.f, 1.f, 2.f, 3.f}, y(4), dx(4);
+  TensorView xv(x.data(), {1, 4}, dt::float32), yv(y.data(), {1, 4}, dt::float32), dxv(dx.data(), {1, 4}, dt::float32);
+  tigon::softmax_fwd(xv, yv);
+  EXPECT_NEAR(y[0] + y[1] + y[2] + y[3], 1.f, 1e-6f);
+  tigon::softmax_bwd(yv, yv, dxv);
+  TensorView short_y(y.data(), {1, 3}, dt::float32);
+  expect_error_naming([&] { tigon::softmax_fwd(xv, short_y); }, "y");
+}
+
 TEST(CppLayer, Rope) {
   std::vector<float> x(1 * 1 * 2 * 4, 1.f), out(8), cs(2 * 4, 1.f), sn(2 * 4, 0.f);
   TensorView xv(x.data(), {1, 1, 2, 4}, dt::float32), ov(out.data(), {1, 1, 2, 4}, dt::float32),

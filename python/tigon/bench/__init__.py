@@ -16,6 +16,7 @@ _RUNNERS = {
     "add_rms_norm": ("add_rms_norm", "run"),
     "layer_norm": ("layer_norm", "run"),
     "dyt": ("dyt", "run"),
+    "softmax": ("softmax", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
     "linear_act": ("linear_act", "run"),

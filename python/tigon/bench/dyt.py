@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tigon.bench.harness import bench_shapes, compiled, liger, make_impls, run_checks, time_checked, time_fwd_bwd
+from tigon.bench.harness import bench_shapes, make_impls, run_checks, standard_impls, time_checked, time_fwd_bwd
 
 OP = "dyt"
 GPU_SHAPES = [(16384, 4096), (4096, 8192)]
@@ -20,26 +20,7 @@ def torch_dyt(x, alpha, gamma, beta):
     return gamma * torch.tanh(alpha * x) + beta
 
 
-def _tigon(ctx, args):
-    import tigon
-
-    return tigon.ops.dyt
-
-
-def _torch_eager(ctx, args):
-    return torch_dyt
-
-
-def _torch_compile(ctx, args):
-    return compiled(torch_dyt, ctx, args)
-
-
-def _liger(ctx, args):
-    fn = liger("liger_kernel.ops.dyt", "LigerDyTFunction", ctx)
-    return fn.apply
-
-
-IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
+IMPLS = standard_impls("dyt", torch_dyt, "liger_kernel.ops.dyt", "LigerDyTFunction")
 
 
 def _forward_backward(fn, inputs, dy):

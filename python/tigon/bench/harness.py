@@ -43,6 +43,23 @@ def liger(module: str, name: str, ctx):
     return obj
 
 
+def standard_impls(tigon_op: str, torch_fn, liger_module: str, liger_function: str) -> dict:
+    """The four implementations of an op whose Tigon form is `tigon.ops.<tigon_op>` and whose Liger form is an
+    autograd Function: tigon, torch_eager (torch_fn), torch_compile (of torch_fn) and liger (its .apply)."""
+
+    def _tigon(ctx, args):
+        import tigon
+
+        return getattr(tigon.ops, tigon_op)
+
+    return {
+        "tigon": _tigon,
+        "torch_eager": lambda ctx, args: torch_fn,
+        "torch_compile": lambda ctx, args: compiled(torch_fn, ctx, args),
+        "liger": lambda ctx, args: liger(liger_module, liger_function, ctx).apply,
+    }
+
+
 def bench_shapes(label: str, args, ctx, gpu_shapes, cpu_shapes, expected: str) -> list[tuple]:
     """--shapes, or the op's defaults for this device, less any with the wrong number of dimensions (noted under the
     table). expected names the dimensions, e.g. "rows x hidden"."""

@@ -9,6 +9,7 @@ from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.linear_act import Linear
 from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
+from tigon.nn.softmax import Softmax
 from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.nn.tiled_mlp import TiledGEGLUMLP, TiledMLP, TiledSwiGLUMLP, tiled_mlp
 
@@ -34,6 +35,7 @@ __all__ = [
     "TiledSwiGLUMLP",
     "ReLU",
     "SiLU",
+    "Softmax",
     "apply_rotary_pos_emb",
     "tiled_mlp",
 ]

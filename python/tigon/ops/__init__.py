@@ -13,6 +13,7 @@ from tigon.ops.layer_norm import layer_norm
 from tigon.ops.linear_act import linear_act
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
+from tigon.ops.softmax import softmax
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "relu",
     "rms_norm",
     "rope",
+    "softmax",
     "silu",
     "swiglu",
     "swiglu_fused",
