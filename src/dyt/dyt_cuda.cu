@@ -94,14 +94,14 @@ __global__ void dyt_bwd_kernel(const Args a) {
       part[2][threadIdx.y][j * 32 + threadIdx.x] = sa[j];
     }
     __syncthreads();
-    float* outs[3] = {a.part_g, a.part_b, a.part_a};
     for (int i = threadIdx.y * 32 + threadIdx.x; i < 3 * 32 * V; i += 32 * kSumRows) {
       const int q = i / (32 * V), k = i % (32 * V);
       const int64_t c = (int64_t(blockIdx.x) * 32 + k % 32) * V + k / 32;  // thread k % 32's element k / 32
       if (c >= a.cols) continue;
       float t = 0.f;
       for (int y = 0; y < kSumRows; ++y) t += part[q][y][k];
-      outs[q][int64_t(blockIdx.y) * a.cols + c] = t;
+      float* out = q == 0 ? a.part_g : q == 1 ? a.part_b : a.part_a;  // no array of pointers: it would sit on the stack
+      out[int64_t(blockIdx.y) * a.cols + c] = t;
     }
   }
 }
