@@ -12,7 +12,7 @@ from tolerances import assert_close
 
 transformers = pytest.importorskip("transformers")
 import tigon.transformers as tt  # noqa: E402
-from test_transformers import build, make_batch  # noqa: E402
+from test_transformers import build, loss_and_grads, make_batch  # noqa: E402
 from tigon.nn import FusedLinearCrossEntropyLoss  # noqa: E402
 
 
@@ -46,6 +46,31 @@ def test_patch_reports_what_it_replaced(caplog):
     n = model.config.num_hidden_layers
     assert model.tigon_patched == {"rms_norm": 2 * n + 1, "mlp": n, "rope": n, "loss": 1}
     assert "LlamaForCausalLM" in caplog.text and f"{n} mlp" in caplog.text
+
+
+@pytest.mark.parametrize("name,swiglu", [("llama", True), ("llama", False), ("phi3", True)])
+def test_tiled_mlp_gives_the_same_loss_and_gradients(name, swiglu):
+    ref = tt.patch(build(name), swiglu=swiglu)
+    tiled = tt.patch(build(name), swiglu=swiglu, tiled_mlp=3)
+    n = tiled.config.num_hidden_layers
+    assert tiled.tigon_patched["tiled_mlp"] == n
+    ids, labels = make_batch(ref.config)
+    out_ref, g_ref = loss_and_grads(ref, ids, labels)
+    out, g = loss_and_grads(tiled, ids, labels)
+    assert_close(out.loss, out_ref.loss.double(), name="loss")
+    assert g.keys() == g_ref.keys()
+    for k in g:
+        assert_close(g[k], g_ref[k].double(), name=k, tol=dict(atol=1e-5, rtol=1e-4))
+
+
+def test_tiled_mlp_arguments():
+    with pytest.raises(TypeError, match="'tiled_mlp'"):
+        tt.patch(build("llama"), tiled_mlp=0)
+    with pytest.raises(TypeError, match="'tiled_mlp'"):
+        tt.patch(build("llama"), tiled_mlp="yes")
+    with pytest.raises(ValueError, match="'tiled_mlp' applies to a built model"):
+        tt.apply_tigon_to_llama(tiled_mlp=True)
+    assert "tiled_mlp" in tt.patch(build("llama"), tiled_mlp=True).tigon_patched
 
 
 def test_class_level_patch_returns_the_names_it_rebound(caplog):

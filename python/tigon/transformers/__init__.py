@@ -51,6 +51,7 @@ def _entry(name: str):
         geglu: bool | None = None,
         check_targets: bool = False,
         attention: bool | None = None,
+        tiled_mlp: bool | int = False,
     ):
         return apply(
             name,
@@ -63,6 +64,7 @@ def _entry(name: str):
             geglu,
             check_targets,
             attention,
+            tiled_mlp,
         )
 
     apply_tigon.__name__ = apply_tigon.__qualname__ = f"apply_tigon_to_{name}"

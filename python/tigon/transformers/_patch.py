@@ -27,6 +27,7 @@ OPTIONS = (
     "fused_linear_cross_entropy",
     "check_targets",
     "attention",
+    "tiled_mlp",
 )
 _MISSING = object()
 _saved: dict[str, dict[tuple, object]] = {}  # family name -> {(owner, attribute): what it was before Tigon}
@@ -213,6 +214,28 @@ def apply_instance(
     return counts
 
 
+def _tile_mlps(family: Family, model: torch.nn.Module, shards: int | None) -> int:
+    """Runs each dense MLP of the model (Tigon's or transformers' own) through tigon.nn.tiled_mlp; returns how many.
+    An MLP with dropout (LoRA's lora_dropout) is left untiled with a warning: backward recomputes, so it must be
+    deterministic."""
+    from tigon.nn.swiglu import LlamaMLP, Phi3MLP
+    from tigon.nn.tiled_mlp import tiled_mlp
+
+    n = 0
+    for m in model.modules():
+        ours = isinstance(m, (LlamaMLP, Phi3MLP))
+        theirs = family.mlp_cls and type(m).__module__ == family.module and type(m).__name__ == family.mlp_cls
+        if not (ours or theirs):
+            continue
+        if any(isinstance(d, torch.nn.Dropout) and d.p > 0 for d in m.modules()):
+            warnings.warn(f"tigon: {type(m).__name__} has dropout: left untiled (backward recomputes it)", stacklevel=4)
+            continue
+        plain = types.MethodType(type(m).forward, m)
+        m.forward = lambda x, _f=plain, _m=m: tiled_mlp(_f, x, list(_m.parameters()), shards)
+        n += 1
+    return n
+
+
 # ---- the public entry points ----------------------------------------------------------------------------------------
 
 
@@ -227,9 +250,11 @@ def apply(
     geglu: bool | None = None,
     check_targets: bool = False,
     attention: bool | None = None,
+    tiled_mlp: bool | int = False,
 ):
     """apply_tigon_to_<name>: class level without model (returns the names rebound), else instance level (returns
-    model, with what was replaced in model.tigon_patched)."""
+    model, with what was replaced in model.tigon_patched). tiled_mlp (instance level): True or a shard count runs
+    every MLP over row shards recomputed in backward (tigon.nn.tiled_mlp), for long contexts' activation memory."""
     entry = f"apply_tigon_to_{name}"
     flags = dict(
         rope=rope,
@@ -244,6 +269,10 @@ def apply(
     ]:
         if not isinstance(value, bool):
             raise TypeError(f"{entry}: argument '{arg}' must be a bool, got {value!r}")
+    if not isinstance(tiled_mlp, bool) and (not isinstance(tiled_mlp, int) or tiled_mlp < 1):
+        raise TypeError(f"{entry}: argument 'tiled_mlp' must be a bool or a shard count >= 1, got {tiled_mlp!r}")
+    if tiled_mlp and model is None:
+        raise ValueError(f"{entry}: argument 'tiled_mlp' applies to a built model (model=...)")
     if attention and model is None:
         raise ValueError(
             f"{entry}: argument 'attention' applies to a built model (model=...); for models built after the class-"
@@ -264,6 +293,8 @@ def apply(
     counts = apply_instance(
         family, base, rope, rms_norm, gated, cross_entropy, fused_linear_cross_entropy, check_targets
     )
+    if tiled_mlp:
+        counts["tiled_mlp"] = _tile_mlps(family, base, None if tiled_mlp is True else tiled_mlp)
     before = _switch_attention(base, attention)
     if not any(counts.values()) and (rope or rms_norm or gated or cross_entropy or fused_linear_cross_entropy):
         warnings.warn(
@@ -361,7 +392,8 @@ def unwrap(model):
 def patch(model, **options):
     """Instance-level patch of a built model, its family read from model.config.model_type (PEFT and other wrappers
     are looked through); options as apply_tigon_to_<family>'s (rope, rms_norm, swiglu, geglu, cross_entropy,
-    fused_linear_cross_entropy, check_targets, attention). An unsupported model type warns and returns the model untouched.
+    fused_linear_cross_entropy, check_targets, attention, tiled_mlp). An unsupported model type warns and returns the model
+    untouched.
     Returns model; what was replaced ({kind: count}) is logged at INFO on the "tigon.transformers" logger and kept in
     model.tigon_patched."""
     unknown = sorted(set(options) - set(OPTIONS))
