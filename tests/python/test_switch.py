@@ -47,6 +47,7 @@ def test_enable_disable_round_trip_restores_exactly():
         assert during[("torch.nn", "LayerNorm")] is switch.LayerNorm
         assert during[("torch.nn.modules.normalization", "RMSNorm")] is switch.RMSNorm
         assert during[("torch.nn", "ReLU")] is tigon.nn.ReLU
+        assert during[("torch.nn.modules.activation", "Softmax")] is tigon.nn.Softmax
         assert during[("torch.nn.Sequential", "__init__")] is not before[("torch.nn.Sequential", "__init__")]
         tigon.enable()  # again: nothing more changes
         assert rebound() == during
@@ -173,6 +174,19 @@ def test_transformer_layers_and_pickled_models_loaded_while_enabled():
     loaded.eval(), layer.eval()
     x = torch.randn(2, 5, 16)
     assert_close(loaded(x), layer(x).double(), name="encoder layer")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_is_swapped_and_falls_back(device):
+    model = nn.Sequential(nn.Linear(8, 8), nn.Softmax(dim=-1)).to(device)
+    ref = copy.deepcopy(model)
+    tigon.swap_modules(model)
+    assert type(model[1]) is tigon.nn.Softmax and isinstance(model[1], nn.Softmax)
+    x = torch.randn(5, 8, device=device)
+    assert_close(model(x), ref(x).double(), name="softmax")
+    legacy = tigon.nn.Softmax()  # dim=None: torch's choice (dim 1 of a 2-D input)
+    assert_close(legacy(x), torch.softmax(x.double(), 1), name="dim None")
+    assert_close(tigon.nn.Softmax(0)(x.double()), torch.softmax(x.double(), 0), torch.float64, name="fp64: torch's")
 
 
 def test_norms_fall_back_to_torch_where_the_kernels_do_not_apply():
