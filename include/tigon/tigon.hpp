@@ -20,6 +20,7 @@
 #include "tigon/int8.h"
 #include "tigon/layer_norm.h"
 #include "tigon/linear_act.h"
+#include "tigon/poly_norm.h"
 #include "tigon/rms_norm.h"
 #include "tigon/rope.h"
 #include "tigon/softmax.h"
@@ -225,6 +226,24 @@ inline void softmax_fwd(const TensorView& x, const TensorView& y, void* stream =
 
 inline void softmax_bwd(const TensorView& dy, const TensorView& y, const TensorView& dx, void* stream = nullptr) {
   check(tigon_softmax_bwd(dy, y, dx, stream));
+}
+
+inline void poly_norm_fwd(const TensorView& x, const TensorView& weight, const TensorView& bias, const TensorView& y,
+                          const TensorView* rstd, float eps = 1e-6f, void* stream = nullptr) {
+  check(tigon_poly_norm_fwd(x, weight, bias, y, detail::opt(rstd), tigon_poly_norm_params{eps}, stream));
+}
+
+inline size_t poly_norm_bwd_workspace_size(const TensorView& x) {
+  size_t bytes = 0;
+  check(tigon_poly_norm_bwd_workspace_size(x, &bytes));
+  return bytes;
+}
+
+inline void poly_norm_bwd(const TensorView& dy, const TensorView& x, const TensorView& weight, const TensorView& rstd,
+                          const TensorView* dx, const TensorView* dweight, const TensorView* dbias, void* workspace,
+                          size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_poly_norm_bwd(dy, x, weight, rstd, detail::opt(dx), detail::opt(dweight), detail::opt(dbias), workspace,
+                            workspace_bytes, stream));
 }
 
 inline void rope_fwd(const TensorView& x, const TensorView& cos, const TensorView& sin, const TensorView& out,

@@ -41,13 +41,6 @@ inline double naive_grad(int act, double x) {
   return (naive_act(act, x + h) - naive_act(act, x - h)) / (2 * h);
 }
 
-inline double max_abs(const HostMat& m) {
-  double a = 0;
-  for (int64_t r = 0; r < m.rows; ++r)
-    for (int64_t c = 0; c < m.cols; ++c) a = std::max(a, std::fabs(m.at(r, c)));
-  return a;
-}
-
 struct LinearActCase {
   DType dt;
   int act;

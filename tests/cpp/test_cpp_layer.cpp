@@ -63,6 +63,18 @@ TEST(CppLayer, Softmax) {
   expect_error_naming([&] { tigon::softmax_fwd(xv, short_y); }, "y");
 }
 
+TEST(CppLayer, PolyNorm) {
+  std::vector<float> x{1.f, 2.f, -1.f, 0.5f}, w{0.3f, 0.3f, 0.4f}, b{1.f}, y(4), rstd(6), dx(4), dw(3), db(1);
+  TensorView xv(x.data(), {2, 2}, dt::float32), wv(w.data(), {3}, dt::float32), bv(b.data(), {1}, dt::float32),
+      yv(y.data(), {2, 2}, dt::float32), rv(rstd.data(), {2, 3}, dt::float32), dxv(dx.data(), {2, 2}, dt::float32),
+      dwv(dw.data(), {3}, dt::float32), dbv(db.data(), {1}, dt::float32);
+  tigon::poly_norm_fwd(xv, wv, bv, yv, &rv);
+  EXPECT_EQ(tigon::poly_norm_bwd_workspace_size(xv), 0u);  // the CPU path needs none
+  tigon::poly_norm_bwd(yv, xv, wv, rv, &dxv, &dwv, &dbv, nullptr, 0);
+  EXPECT_NEAR(db[0], y[0] + y[1] + y[2] + y[3], 1e-5f);
+  expect_error_naming([&] { tigon::poly_norm_fwd(xv, wv, bv, yv, &rv, 0.f); }, "eps");
+}
+
 TEST(CppLayer, Rope) {
   std::vector<float> x(1 * 1 * 2 * 4, 1.f), out(8), cs(2 * 4, 1.f), sn(2 * 4, 0.f);
   TensorView xv(x.data(), {1, 1, 2, 4}, dt::float32), ov(out.data(), {1, 1, 2, 4}, dt::float32),

@@ -1,6 +1,7 @@
 // Host tensors with random contents for the C++ tests, and the naive fp64 RMSNorm the reference is checked against.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -76,6 +77,14 @@ inline double worst_ratio(const HostMat& a, const HostMat& b, double atol, doubl
       worst = std::max(worst, std::fabs(x - y) / (atol + rtol * std::fabs(y)));
     }
   return worst;
+}
+
+// The largest magnitude in m.
+inline double max_abs(const HostMat& m) {
+  double a = 0;
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c) a = std::max(a, std::fabs(m.at(r, c)));
+  return a;
 }
 
 // One ulp-ish tolerance per dtype (relative), shared by the C++ tests; mirrors tests/python/tolerances.py.

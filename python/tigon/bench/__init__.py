@@ -17,6 +17,7 @@ _RUNNERS = {
     "layer_norm": ("layer_norm", "run"),
     "dyt": ("dyt", "run"),
     "softmax": ("softmax", "run"),
+    "poly_norm": ("poly_norm", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
     "linear_act": ("linear_act", "run"),

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import torch
 
-from tigon.bench.harness import bench_shapes, make_impls, run_checks, standard_impls, time_checked, time_fwd_bwd
+from tigon.bench.harness import (
+    bench_shapes,
+    make_impls,
+    output_and_grads,
+    relative_errors,
+    run_checks,
+    standard_impls,
+    time_checked,
+    time_fwd_bwd,
+)
 
 OP = "dyt"
 GPU_SHAPES = [(16384, 4096), (4096, 8192)]
@@ -21,19 +30,6 @@ def torch_dyt(x, alpha, gamma, beta):
 
 
 IMPLS = standard_impls("dyt", torch_dyt, "liger_kernel.ops.dyt", "LigerDyTFunction")
-
-
-def _forward_backward(fn, inputs, dy):
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    y = fn(*leaves)
-    return (y, *torch.autograd.grad(y, leaves, dy))
-
-
-def _max_errors(fn, inputs, dy, ref) -> dict:
-    """Max abs difference against torch in float32: y, dx, and the parameters' gradients (relative to their size)."""
-    got = _forward_backward(fn, inputs, dy)
-    err = [(g.float() - e).abs().max().item() / max(1.0, e.abs().max().item()) for g, e in zip(got, ref)]
-    return {"err_y": err[0], "err_dx": err[1], "err_dw": max(err[2:])}
 
 
 def run(args, ctx) -> list[dict]:
@@ -51,8 +47,8 @@ def run(args, ctx) -> list[dict]:
         nbytes = {"fwd": 2 * M * N * elt, "bwd": 3 * M * N * elt, "full": 5 * M * N * elt}
         if "torch_compile" in fns:
             torch._dynamo.reset()
-        ref = _forward_backward(torch_dyt, [t.float() for t in inputs], dy.float())
-        checks = run_checks(fns, lambda fn: _max_errors(fn, inputs, dy, ref))
+        ref = output_and_grads(torch_dyt, [t.float() for t in inputs], dy.float())
+        checks = run_checks(fns, lambda fn: relative_errors(fn, inputs, dy, ref))
         del ref
         results += time_checked(
             OP,

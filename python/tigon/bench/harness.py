@@ -60,6 +60,21 @@ def standard_impls(tigon_op: str, torch_fn, liger_module: str, liger_function: s
     }
 
 
+def output_and_grads(fn, inputs, dy) -> tuple:
+    """fn(*inputs) and the gradients of every input (each a fresh leaf copy) for the output gradient dy."""
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    y = fn(*leaves)
+    return (y, *torch.autograd.grad(y, leaves, dy))
+
+
+def relative_errors(fn, inputs, dy, ref) -> dict:
+    """Max abs difference of fn's output and gradients from ref's (output_and_grads in float32), each relative to the
+    reference's size: err_y, err_dx (the first input) and err_dw (the largest over the other inputs)."""
+    got = output_and_grads(fn, inputs, dy)
+    err = [(g.float() - e).abs().max().item() / max(1.0, e.abs().max().item()) for g, e in zip(got, ref)]
+    return {"err_y": err[0], "err_dx": err[1], "err_dw": max(err[2:])}
+
+
 def bench_shapes(label: str, args, ctx, gpu_shapes, cpu_shapes, expected: str) -> list[tuple]:
     """--shapes, or the op's defaults for this device, less any with the wrong number of dimensions (noted under the
     table). expected names the dimensions, e.g. "rows x hidden"."""

@@ -7,6 +7,7 @@ from tigon.nn.dyt import DyT
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.linear_act import Linear
+from tigon.nn.poly_norm import PolyNorm
 from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.softmax import Softmax
@@ -28,6 +29,7 @@ __all__ = [
     "Linear",
     "LlamaMLP",
     "Phi3MLP",
+    "PolyNorm",
     "RMSNorm",
     "TVDLoss",
     "TiledGEGLUMLP",

@@ -11,6 +11,7 @@ from tigon.ops.gemv import gemv
 from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.linear_act import linear_act
+from tigon.ops.poly_norm import poly_norm
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
 from tigon.ops.softmax import softmax
@@ -34,6 +35,7 @@ __all__ = [
     "kl_div",
     "layer_norm",
     "linear_act",
+    "poly_norm",
     "quantize_rows",
     "relu",
     "rms_norm",

@@ -127,3 +127,15 @@ def autocast_linear(x, weight, bias, *others):
     dtype = torch.get_autocast_dtype(x.device.type)
     cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
     return (cast(x), cast(weight), cast(bias), *(cast(t) for t in others))
+
+
+def scratch(size_fn, device: torch.device, *tensors) -> tuple[torch.Tensor | None, int]:
+    """A workspace of the bytes size_fn(*tensors, &bytes) reports (a C API *_workspace_size entry), on device: the
+    tensor (None when no bytes are needed) and its size."""
+    import ctypes
+
+    from tigon import _lib
+
+    size = ctypes.c_size_t(0)
+    _lib.check(size_fn(*(_lib.tensor_arg(t) for t in tensors), ctypes.byref(size)))
+    return (torch.empty(size.value, dtype=torch.uint8, device=device) if size.value else None), size.value

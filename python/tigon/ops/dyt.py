@@ -9,7 +9,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import check_tensor, compiling, rows_ok
+from tigon.ops._common import check_tensor, compiling, rows_ok, scratch
 
 __all__ = ["dyt"]
 
@@ -38,10 +38,8 @@ def _bwd_impl(dy, x, alpha, gamma, need_dx: bool, need_dalpha: bool, need_dgamma
     dalpha = torch.empty((1,) if need_dalpha else (0,), dtype=torch.float32, device=x.device)
     dgamma = torch.empty((c,) if need_dgamma else (0,), dtype=gamma.dtype, device=x.device)
     dbeta = torch.empty((c,) if need_dbeta else (0,), dtype=gamma.dtype, device=x.device)
-    size = ctypes.c_size_t(0)
+    ws, ws_bytes = scratch(_ws, x.device, x)
     arg = _lib.tensor_arg
-    _lib.check(_ws(arg(x), ctypes.byref(size)))
-    ws = torch.empty(size.value, dtype=torch.uint8, device=x.device) if size.value else None
     _lib.check(
         _bwd(
             arg(dy),
@@ -53,7 +51,7 @@ def _bwd_impl(dy, x, alpha, gamma, need_dx: bool, need_dalpha: bool, need_dgamma
             arg(dgamma) if need_dgamma else None,
             arg(dbeta) if need_dbeta else None,
             ws.data_ptr() if ws is not None else None,
-            size.value,
+            ws_bytes,
             _lib.stream_of(x),
         )
     )
