@@ -32,13 +32,6 @@ struct Opts {
 // dtype, N, H, V, row pad of x, options
 using Case = std::tuple<DType, int64_t, int64_t, int64_t, int64_t, Opts>;
 
-double max_abs(const HostMat& m) {
-  double a = 0;
-  for (int64_t r = 0; r < m.rows; ++r)
-    for (int64_t c = 0; c < m.cols; ++c) a = std::max(a, std::fabs(m.at(r, c)));
-  return a;
-}
-
 // The inputs and outputs of one call, on the host; run() calls the op on copies on `dev`.
 struct Problem {
   DType dt;
