@@ -173,9 +173,7 @@ row_plan::Plan plan(const RowMatrix& lead, std::initializer_list<const RowMatrix
   for (const RowMatrix* m : all) vec = vec && row_plan::rows_aligned(*m);
   const row_plan::Shape s = row_plan::cached_shape(lead.cols, lead.dtype, kNv);
   if (vec && s.tpr <= kMaxThreads) return row_plan::cached_plan(s, kNv, 1, lead.rows, INT_MAX);
-  row_plan::Plan p = row_plan::uncached_plan(lead, vec, INT_MAX);
-  p.block.x = std::min(p.block.x, unsigned(kMaxThreads));
-  return p;
+  return row_plan::uncached_plan(lead, vec, INT_MAX);  // at most 1024 threads: kMaxThreads
 }
 
 template <class T, bool Fwd>
