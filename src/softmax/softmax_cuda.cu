@@ -4,7 +4,6 @@
 // an online rescaling, then the output) and the backward reading y and dy twice (the dot product, then dx).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <initializer_list>
