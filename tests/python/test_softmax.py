@@ -38,7 +38,9 @@ def test_other_dims_strides_and_the_module(device):
     assert isinstance(m, torch.nn.Softmax)
     assert_close(m(x), torch.softmax(x.double(), 1), name="module")
     assert_close(
-        tigon.ops.softmax(torch.tensor(2.0, device=device)), torch.tensor(1.0, dtype=torch.float64), name="0-d"
+        tigon.ops.softmax(torch.tensor(2.0, device=device)),
+        torch.tensor(1.0, dtype=torch.float64, device=device),
+        name="0-d",
     )
 
 
