@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 import traceback
@@ -14,7 +15,7 @@ import torch
 import tigon
 from tigon.bench import BENCHMARKS, DEFAULT_OPS, decode, encoder, records, train_step
 from tigon.bench.report import Context, draw_charts, environment, grouped_notes, print_table, progress, write_jsonl
-from tigon.bench.timing import measure_copy_bandwidth, prime_graph_capture
+from tigon.bench.timing import measure_copy_bandwidth
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -85,20 +86,22 @@ def main(argv=None) -> int:
         f"{env['gpu']} | torch {env['torch']} | triton {env['triton']} | liger {env['liger']} | "
         f"tigon {env['tigon']} | git {env['git_sha']}"
     )
-    copy_gbps = measure_copy_bandwidth(device)
-    prime_graph_capture(device)
-    progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
-    ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)
-
-    results = []
-    args.out.mkdir(parents=True, exist_ok=True)
-    for op in args.ops:
-        try:
-            results += BENCHMARKS[op](args, ctx)
-        except Exception as e:  # one broken op must not lose the others' numbers
-            traceback.print_exc()
-            ctx.note(f"{op}: benchmark failed: {type(e).__name__}: {e}")
-        write_jsonl(results, args.out / "results.jsonl")  # after every op: a run stopped part-way keeps what it did
+    # One stream of its own for the whole run, and every CUDA graph captured on it (timing.capture): the input copies'
+    # autograd history is then recorded on the capture stream, so a captured backward never makes another stream wait
+    # on the capture, which CUDA refuses for the legacy default stream and which would cost the run its graph numbers.
+    with torch.cuda.stream(torch.cuda.Stream(device)) if gpu else contextlib.nullcontext():
+        copy_gbps = measure_copy_bandwidth(device)
+        progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
+        ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)
+        results = []
+        args.out.mkdir(parents=True, exist_ok=True)
+        for op in args.ops:
+            try:
+                results += BENCHMARKS[op](args, ctx)
+            except Exception as e:  # one broken op must not lose the others' numbers
+                traceback.print_exc()
+                ctx.note(f"{op}: benchmark failed: {type(e).__name__}: {e}")
+            write_jsonl(results, args.out / "results.jsonl")  # after every op: a run stopped part-way keeps it
 
     progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
     if args.record:
@@ -117,7 +120,8 @@ def main(argv=None) -> int:
     if not op_rows:
         for n in grouped_notes(ctx.notes):
             print(f"note: {n}")
-    return 1 if any(r.get("error") for r in results) else 0
+    # A baseline that fails (Liger's softmax refuses rows past 65536) is a FAILED row in the table, not a failed run.
+    return 1 if any(r.get("error") and r["impl"].startswith("tigon") for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -141,33 +141,18 @@ def time_fwd_bwd(label: str, fn, inputs: tuple, grad_of: tuple, grads, ctx) -> d
         "full_ms": time_ms(full, device, reps, warmup),
         "peak_mib": peak_extra_mib(full, device),
     }
-    # The same calls replayed from a CUDA graph: device time alone. A process's first capture can fail where the
-    # same capture succeeds a moment later (seen on an H200 with torch 2.11), so a failure is retried once before the
-    # eager numbers stand alone.
-    for attempt in (1, 2):
-        try:
-            with torch.no_grad():
-                out["fwd_graph_ms"] = graph_time_ms(lambda: fn(*inputs), device, reps, warmup)
-            out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
-            out.update(
-                stream_fwd_full(
-                    fn,
-                    inputs,
-                    grad_of,
-                    grads,
-                    out["fwd_ms"],
-                    out["full_ms"],
-                    ctx,
-                    getattr(fn, "overwrites_inputs", False),
-                )
-            )
-            break
-        except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-                torch.cuda.empty_cache()  # a failed capture's private pool, before the retry or the next run
-            if attempt == 2:
-                ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
+    # The same calls replayed from a CUDA graph: device time alone.
+    try:
+        with torch.no_grad():
+            out["fwd_graph_ms"] = graph_time_ms(lambda: fn(*inputs), device, reps, warmup)
+        out["full_graph_ms"] = graph_time_ms(full, device, reps, warmup)
+        overwrites = getattr(fn, "overwrites_inputs", False)
+        out.update(stream_fwd_full(fn, inputs, grad_of, grads, out["fwd_ms"], out["full_ms"], ctx, overwrites))
+    except Exception as e:  # an implementation that cannot be captured keeps its eager numbers
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()  # a failed capture's private pool, before the next run
+        ctx.note(f"{label}: CUDA graph timing failed ({type(e).__name__}: {str(e)[:100]})")
     return out
 
 

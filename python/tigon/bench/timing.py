@@ -87,6 +87,15 @@ def time_ms(
     return _cpu_time_ms(fn, reps, warmup, setup)
 
 
+def capture(graph: torch.cuda.CUDAGraph, device: torch.device):
+    """torch.cuda.graph(graph) on the current stream, the stream the run's inputs were made on (tigon.bench's main
+    sets one): an input that requires grad and has autograd history (input_copy) was recorded on that stream, and a
+    backward captured on any other would make the input's stream wait on the capture, which CUDA refuses. On the
+    default stream, where capture cannot run, torch's own capture stream."""
+    stream = torch.cuda.current_stream(device)
+    return torch.cuda.graph(graph, stream=None if stream == torch.cuda.default_stream(device) else stream)
+
+
 def graph_time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: int = 10) -> float | None:
     """Median milliseconds of one replay of fn() captured in a CUDA graph, L2 flushed before each replay: the device
     time of the work with the Python and launch overhead taken out (what a training step sees when the GPU runs
@@ -100,37 +109,11 @@ def graph_time_ms(fn: Callable, device: torch.device, reps: int = 100, warmup: i
             fn()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph, device):
         out = fn()
     ms = time_ms(graph.replay, device, reps, warmup)
     del out, graph
     return ms
-
-
-def prime_graph_capture(device: torch.device) -> None:
-    """Captures small forward + backward steps into throwaway CUDA graphs: torch's own, then one through a Tigon op.
-    A process's first capture of a backward through a Tigon op can fail, and the failure sticks to retries of the same
-    capture (seen on an H200 with torch 2.11; a torch-only priming capture did not absorb it); absorbing it here keeps
-    the first op measured from losing its graph numbers."""
-    if device.type != "cuda":
-        return
-    import tigon  # noqa: PLC0415 (the benchmark imports torch first; the library loads on use)
-
-    x = torch.randn(64, 64, device=device, requires_grad=True)
-    h = torch.randn(64, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.ones(64, device=device, dtype=torch.bfloat16, requires_grad=True)
-    steps = (
-        lambda: torch.autograd.grad((x * x).sum(), x),
-        lambda: torch.autograd.grad(tigon.ops.rms_norm(h.mul(1), w).float().sum(), (h, w)),
-    )
-    for step in steps:
-        for attempt in range(2):
-            try:
-                graph_time_ms(step, device, reps=2, warmup=1)
-                break
-            except Exception:  # the failure this exists to absorb
-                torch.cuda.synchronize(device)
-                torch.cuda.empty_cache()
 
 
 def input_copy(t: torch.Tensor, requires_grad: bool | None = None) -> torch.Tensor:
@@ -195,7 +178,7 @@ def _capture(fn: Callable, warm_sets: list[tuple], call_sets: list[tuple], devic
             fn(*args)
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph, device):
         for args in call_sets:
             fn(*args)
     return graph
