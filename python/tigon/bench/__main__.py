@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -57,6 +60,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--no-chart", action="store_true")
     p.add_argument("--cpu-compile", action="store_true", help="also run torch.compile on the CPU (slow to compile)")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every op in this process (default on a GPU: a process per op, so memory a baseline's failed graph "
+        "capture strands, or a CUDA error it leaves behind, cannot starve the ops after it)",
+    )
+    p.add_argument("--op-process", action="store_true", help=argparse.SUPPRESS)  # one op's process: rows, no tables
+    p.add_argument("--copy-gbps", type=float, default=None, help=argparse.SUPPRESS)  # measured once by the parent
     args = p.parse_args(argv)
     unknown = [o for o in args.ops if o not in BENCHMARKS]
     if unknown:
@@ -82,26 +93,28 @@ def main(argv=None) -> int:
     reps, warmup = args.reps or reps, args.warmup if args.warmup is not None else warmup
 
     env = environment(device)
-    progress(
-        f"{env['gpu']} | torch {env['torch']} | triton {env['triton']} | liger {env['liger']} | "
-        f"tigon {env['tigon']} | git {env['git_sha']}"
-    )
+    if not args.op_process:
+        progress(
+            f"{env['gpu']} | torch {env['torch']} | triton {env['triton']} | liger {env['liger']} | "
+            f"tigon {env['tigon']} | git {env['git_sha']}"
+        )
     # One stream of its own for the whole run, and every CUDA graph captured on it (timing.capture): the input copies'
     # autograd history is then recorded on the capture stream, so a captured backward never makes another stream wait
     # on the capture, which CUDA refuses for the legacy default stream and which would cost the run its graph numbers.
     with torch.cuda.stream(torch.cuda.Stream(device)) if gpu else contextlib.nullcontext():
-        copy_gbps = measure_copy_bandwidth(device)
-        progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
+        copy_gbps = args.copy_gbps or measure_copy_bandwidth(device)
+        if args.copy_gbps is None:
+            progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
         ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)
-        results = []
         args.out.mkdir(parents=True, exist_ok=True)
-        for op in args.ops:
-            try:
-                results += BENCHMARKS[op](args, ctx)
-            except Exception as e:  # one broken op must not lose the others' numbers
-                traceback.print_exc()
-                ctx.note(f"{op}: benchmark failed: {type(e).__name__}: {e}")
-            write_jsonl(results, args.out / "results.jsonl")  # after every op: a run stopped part-way keeps it
+        if gpu and len(args.ops) > 1 and not (args.in_process or args.op_process):
+            torch.cuda.empty_cache()  # the copy test's buffers: the ops' processes get the whole GPU
+            results, failed = _run_in_processes(args, ctx)
+        else:
+            results, failed = _run_here(args, ctx)
+    if args.op_process:  # the parent records, charts and prints
+        (args.out / "notes.json").write_text(json.dumps(ctx.notes))
+        return 1 if failed else 0
 
     progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
     if args.record:
@@ -120,8 +133,52 @@ def main(argv=None) -> int:
     if not op_rows:
         for n in grouped_notes(ctx.notes):
             print(f"note: {n}")
+    return 1 if failed else 0
+
+
+def _tigon_failed(results: list[dict]) -> bool:
     # A baseline that fails (Liger's softmax refuses rows past 65536) is a FAILED row in the table, not a failed run.
-    return 1 if any(r.get("error") and r["impl"].startswith("tigon") for r in results) else 0
+    return any(r.get("error") and r["impl"].startswith("tigon") for r in results)
+
+
+def _run_here(args, ctx) -> tuple[list[dict], bool]:
+    """Every op of args.ops in this process: (rows, whether a Tigon row or a whole op failed)."""
+    results, failed = [], False
+    for op in args.ops:
+        try:
+            results += BENCHMARKS[op](args, ctx)
+        except Exception as e:  # one broken op must not lose the others' numbers
+            traceback.print_exc()
+            ctx.note(f"{op}: benchmark failed: {type(e).__name__}: {e}")
+            failed = True
+        write_jsonl(results, args.out / "results.jsonl")  # after every op: a run stopped part-way keeps it
+    return results, failed or _tigon_failed(results)
+
+
+def _run_in_processes(args, ctx) -> tuple[list[dict], bool]:
+    """Every op of args.ops in a process of its own (python -m tigon.bench --op-process), one after another, with
+    this run's settings and copy bandwidth: what one op's baselines leave behind on the GPU dies with its process."""
+    results, failed = [], False
+    for op in args.ops:
+        with tempfile.TemporaryDirectory(prefix=f"tigon-bench-{op}-") as tmp:
+            cmd = [sys.executable, "-m", "tigon.bench", "--op-process", "--ops", op, "--out", tmp]
+            cmd += ["--dtype", args.dtype, "--device", ctx.device.type, "--copy-gbps", repr(ctx.copy_gbps)]
+            cmd += ["--reps", str(ctx.reps), "--warmup", str(ctx.warmup)]
+            cmd += ["--quick"] * args.quick + ["--cpu-compile"] * args.cpu_compile
+            if args.impls:
+                cmd += ["--impls", ",".join(args.impls)]
+            if args.shapes:
+                cmd += ["--shapes", ",".join("x".join(map(str, s)) for s in args.shapes)]
+            code = subprocess.run(cmd).returncode  # its progress and notes go to this run's stderr as they come
+            rows, notes = Path(tmp, "results.jsonl"), Path(tmp, "notes.json")
+            results += [json.loads(line) for line in rows.read_text().splitlines()] if rows.exists() else []
+            ctx.notes += json.loads(notes.read_text()) if notes.exists() else []
+        if code != 0:
+            failed = True
+            if not notes.exists():
+                ctx.note(f"{op}: benchmark process ended with exit code {code}")
+        write_jsonl(results, args.out / "results.jsonl")
+    return results, failed
 
 
 if __name__ == "__main__":

@@ -44,8 +44,11 @@ def _torch_compile(ctx, args):
 def _liger(ctx, args):
     LigerCrossEntropyFunction = liger("liger_kernel.ops.cross_entropy", "LigerCrossEntropyFunction", ctx)
     # (input, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, ...); it writes the
-    # gradient over the input, like tigon's in_place.
-    return (lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0]), True
+    # gradient over the input, like tigon's in_place. It copies from the host inside (refused under CUDA-graph
+    # capture), so its steady-state time is not attempted: a failed capture strands the memory it took.
+    fn = lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0]  # noqa: E731
+    fn.capturable = False
+    return fn, True
 
 
 IMPLS = {"tigon": _tigon, "torch_eager": _torch_eager, "torch_compile": _torch_compile, "liger": _liger}
@@ -67,6 +70,9 @@ def _time_impl(fn, overwrites, x, t, ctx, impl: str) -> dict:
     xg = fresh()
     peak = peak_extra_mib(lambda: torch.autograd.grad(fn(xg, t), xg), device)
     out = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "full_ms": full_ms, "peak_mib": peak}
+    if not getattr(fn, "capturable", True):
+        ctx.note(f"{OP} {impl}: not graph-capturable, eager times only")
+        return out
     try:  # steady state; implementations that write over the logits get fresh logits for every call
         out.update(stream_fwd_full(fn, (x, t), (0,), None, fwd_ms, full_ms, ctx, overwrites))
     except Exception as e:
