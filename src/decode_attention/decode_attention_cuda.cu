@@ -1,12 +1,15 @@
-// Decode attention CUDA path: the plan (query rows per block, cache chunks), dtype and head-dim dispatch, combine.
+// Decode attention CUDA path: the plan (tensor-core or CUDA-core kernel, query rows per unit, cache chunks), dtype
+// and head-dim dispatch, combine.
 #include <algorithm>
 #include <cstdint>
 
+#include "common/cluster_launch.h"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
 #include "decode_attention/decode_attention.h"
 #include "decode_attention/decode_attention_kernels.cuh"
+#include "decode_attention/decode_attention_mma.cuh"
 
 namespace tigon::decode_attention {
 namespace {
@@ -15,19 +18,32 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // From the shapes and the multiprocessor count alone: never from cache_seqlens, which only the device reads.
 struct Plan {
-  int rows = 1;  // query rows per block (a power of two up to kMaxRows)
+  int rows = 1;  // query rows per block (CUDA cores: a power of two up to kMaxRows) or per warp (tensor cores: 16)
   int64_t row_blocks = 1;
   int64_t splits = 1, chunk = 1;
 };
 
-// Blocks wanted per multiprocessor: a block keeps 128 lanes x 8 loads of 16 bytes in flight, and about 4 are resident.
+// CUDA cores: blocks wanted per multiprocessor (a block keeps 128 lanes x 8 loads of 16 bytes in flight, and about 4
+// are resident), and the shortest chunk (every key slot busy for a few steps of 4 keys).
 constexpr int64_t kTargetBlocksPerSm = 4;
-// A chunk keeps every key slot busy for a few steps of 4 keys (8 slots at head_dim 128: 256 keys = 4 steps).
 constexpr int64_t kMinChunk = 256;
+// Tensor cores: warps in flight per multiprocessor (two blocks of 4 warps; 96 KB of shared memory each at D 128).
+constexpr int64_t kMmaWarpsPerSm = 2 * mma::kWarps;
+
+bool uses_mma(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 Plan make_plan(const Shape& s, int sms) {
   Plan p;
   const int64_t rows = s.group() * s.tq;
+  if (uses_mma(s.head_dim)) {  // one wave of warps over every (sequence, head, row block, chunk)
+    p.rows = mma::kRows;
+    p.row_blocks = ceil_div(rows, p.rows);
+    const int64_t units = s.batch * s.heads_kv * p.row_blocks;
+    p.splits = std::max<int64_t>(1, kMmaWarpsPerSm * sms / units);
+    p.chunk = ceil_div(ceil_div(s.s_max, p.splits), mma::kTileKeys) * mma::kTileKeys;
+    p.splits = std::max<int64_t>(1, ceil_div(s.s_max, p.chunk));
+    return p;
+  }
   while (p.rows < kern::kMaxRows && p.rows < rows) p.rows *= 2;
   p.row_blocks = ceil_div(rows, p.rows);
   const int64_t blocks = s.batch * s.heads_kv * p.row_blocks;
@@ -37,15 +53,31 @@ Plan make_plan(const Shape& s, int sms) {
   return p;
 }
 
+template <class T, int D>
+void combine(const kern::Args& a, cudaStream_t stream) {
+  if (!a.part_out) return;
+  kern::combine<T, D><<<unsigned(int64_t(a.batch) * a.heads_q * a.tq), D, 0, stream>>>(a);
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, int D>
+void launch_mma(const kern::Args& a, cudaStream_t stream) {
+  constexpr int smem = mma::smem_bytes<D>();  // past the default 48 KB at D 128
+  int dev = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
+  cuda::allow_max_smem(reinterpret_cast<const void*>(mma::decode<T, D>), cuda::device_limits(), dev);
+  const int64_t units = int64_t(a.batch) * a.heads_kv * a.row_blocks * a.splits;
+  mma::decode<T, D><<<unsigned(ceil_div(units, mma::kWarps)), mma::kWarps * 32, smem, stream>>>(a);
+  TIGON_CUDA_CHECK_LAUNCH();
+  combine<T, D>(a, stream);
+}
+
 template <class T, int D, int RB>
 void launch_rows(const kern::Args& a, const Plan& p, cudaStream_t stream) {
   const dim3 grid(unsigned(p.splits * a.batch), unsigned(a.heads_kv * p.row_blocks));
   kern::decode<T, D, RB><<<grid, kern::kThreads, 0, stream>>>(a);
   TIGON_CUDA_CHECK_LAUNCH();
-  if (a.part_out) {
-    kern::combine<T, D><<<unsigned(int64_t(a.batch) * a.heads_q * a.tq), D, 0, stream>>>(a);
-    TIGON_CUDA_CHECK_LAUNCH();
-  }
+  combine<T, D>(a, stream);
 }
 
 template <class T, int D>
@@ -61,10 +93,10 @@ void launch_dim(const kern::Args& a, const Plan& p, cudaStream_t stream) {
 template <class T>
 void launch(const kern::Args& a, const Plan& p, int64_t head_dim, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: return launch_dim<T, 64>(a, p, stream);
+    case 64: return launch_mma<T, 64>(a, stream);
     case 80: return launch_dim<T, 80>(a, p, stream);
     case 96: return launch_dim<T, 96>(a, p, stream);
-    case 128: return launch_dim<T, 128>(a, p, stream);
+    case 128: return launch_mma<T, 128>(a, stream);
     case 256: return launch_dim<T, 256>(a, p, stream);
     default: fail(TIGON_ERROR_INTERNAL, "decode attention: unexpected head_dim ", head_dim);
   }

@@ -1,4 +1,5 @@
-// Decode attention kernels (flash-decoding on CUDA cores); included by decode_attention_cuda.cu only.
+// Decode attention kernels (flash-decoding on CUDA cores: head dims 80, 96 and 256, and the combine pass both plans
+// share); included by decode_attention_cuda.cu only.
 //
 // Decoding reads the whole KV cache once per step and does little arithmetic per byte: a few query rows per key/value
 // head. A block of 128 threads takes one (sequence, key/value head, chunk of the cache) and up to 8 query rows of
