@@ -1,6 +1,7 @@
 // Warp-level tensor-core building blocks in inline PTX (sm_80 and later): 16-byte cp.async into shared memory,
 // ldmatrix (plain and transposed) and mma.sync m16n8k16 with fp32 accumulators for bf16 and fp16 operands.
 // For kernels whose tiles are too small for wgmma's 64-row warpgroup tiles (a decoding step's few query rows).
+// Operands are packed with cuda_types.cuh's pack2.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,20 +52,6 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t 
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to T and packed into one register, lo in the low half (an mma operand's element order).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 }  // namespace tigon::cuda

@@ -27,10 +27,10 @@
 
 namespace tigon::decode_attention::mma {
 
-constexpr int kWarps = 4;     // per block: 4 independent units
-constexpr int kStages = 3;    // K/V tiles in flight per warp
+constexpr int kWarps = 4;      // per block: 4 independent units
+constexpr int kStages = 3;     // K/V tiles in flight per warp
 constexpr int kTileKeys = 16;  // keys per tile: one mma k-step of P V
-constexpr int kRows = 16;     // query rows per unit: the mma tile's M
+constexpr int kRows = 16;      // query rows per unit: the mma tile's M
 
 template <int D>
 constexpr int smem_bytes() {
