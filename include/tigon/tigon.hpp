@@ -17,6 +17,7 @@
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/gemv.h"
+#include "tigon/group_norm.h"
 #include "tigon/int8.h"
 #include "tigon/layer_norm.h"
 #include "tigon/linear_act.h"
@@ -218,6 +219,26 @@ inline void dyt_bwd(const TensorView& dy, const TensorView& x, const TensorView&
                     void* workspace, size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_dyt_bwd(dy, x, alpha, gamma, detail::opt(dx), detail::opt(dalpha), detail::opt(dgamma),
                       detail::opt(dbeta), workspace, workspace_bytes, stream));
+}
+
+inline void group_norm_fwd(const TensorView& x, const TensorView* weight, const TensorView* bias, const TensorView& y,
+                           const TensorView& mean, const TensorView& rstd, tigon_group_norm_params params,
+                           void* stream = nullptr) {
+  check(tigon_group_norm_fwd(x, detail::opt(weight), detail::opt(bias), y, mean, rstd, params, stream));
+}
+
+inline size_t group_norm_bwd_workspace_size(const TensorView& x, tigon_group_norm_params params) {
+  size_t bytes = 0;
+  check(tigon_group_norm_bwd_workspace_size(x, params, &bytes));
+  return bytes;
+}
+
+inline void group_norm_bwd(const TensorView& dy, const TensorView& x, const TensorView* weight, const TensorView& mean,
+                           const TensorView& rstd, const TensorView* dx, const TensorView* dweight,
+                           const TensorView* dbias, tigon_group_norm_params params, void* workspace,
+                           size_t workspace_bytes, void* stream = nullptr) {
+  check(tigon_group_norm_bwd(dy, x, detail::opt(weight), mean, rstd, detail::opt(dx), detail::opt(dweight),
+                             detail::opt(dbias), params, workspace, workspace_bytes, stream));
 }
 
 inline void softmax_fwd(const TensorView& x, const TensorView& y, void* stream = nullptr) {

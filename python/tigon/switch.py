@@ -7,8 +7,8 @@ kernels for, in one model or in every model built or loaded while switched on.
   ``tigon.nn.Linear(activation=...)`` (the activation's slot becomes ``nn.Identity``, so indices and the state dict
   stay as they were);
 - ``nn.LayerNorm`` over one dimension becomes ``tigon.switch.LayerNorm``, ``nn.RMSNorm`` becomes
-  ``tigon.switch.RMSNorm``, ``nn.Softmax`` becomes ``tigon.nn.Softmax``, ``nn.ReLU(inplace=True)`` becomes
-  ``tigon.nn.ReLU(inplace=True)``.
+  ``tigon.switch.RMSNorm``, ``nn.GroupNorm`` becomes ``tigon.nn.GroupNorm``, ``nn.Softmax`` becomes
+  ``tigon.nn.Softmax``, ``nn.ReLU(inplace=True)`` becomes ``tigon.nn.ReLU(inplace=True)``.
 
 Every replacement is a subclass of the torch class it replaces (``isinstance`` checks, such as weight-decay groups,
 still hold) and shares the original module's parameters, buffers and hooks: optimizers already built keep working
@@ -22,6 +22,7 @@ nothing else:
 
 - ``LayerNorm`` and ``RMSNorm`` in ``torch.nn``, ``torch.nn.modules.normalization`` and (LayerNorm)
   ``torch.nn.modules.transformer``, to ``tigon.switch.LayerNorm`` / ``RMSNorm``;
+- ``GroupNorm`` in ``torch.nn`` and ``torch.nn.modules.normalization``, to ``tigon.nn.GroupNorm``;
 - ``ReLU`` and ``Softmax`` in ``torch.nn`` and ``torch.nn.modules.activation``, to ``tigon.nn.ReLU`` /
   ``tigon.nn.Softmax``;
 - ``torch.nn.Sequential.__init__``, wrapped so that a Sequential built with Linear + activation pairs fuses them.
@@ -41,6 +42,7 @@ import torch
 from torch import nn
 
 from tigon.nn.activation import ReLU
+from tigon.nn.group_norm import GroupNorm
 from tigon.nn.linear_act import Linear
 from tigon.nn.softmax import Softmax
 from tigon.ops._common import FLOAT_DTYPES
@@ -51,6 +53,7 @@ __all__ = ["enable", "disable", "enabled", "is_enabled", "swap_modules", "LayerN
 
 # torch's classes as torch defines them (enable() rebinds the names in torch.nn, so they are read once, here)
 _TORCH_LAYER_NORM, _TORCH_RMS_NORM, _TORCH_RELU, _TORCH_SOFTMAX = nn.LayerNorm, nn.RMSNorm, nn.ReLU, nn.Softmax
+_TORCH_GROUP_NORM = nn.GroupNorm
 
 
 def _ours(x, *params) -> bool:
@@ -125,6 +128,8 @@ def _swap_one(m: nn.Module) -> nn.Module:
         return _retyped(m, ReLU)
     if t is _TORCH_SOFTMAX:
         return _retyped(m, Softmax)
+    if t is _TORCH_GROUP_NORM:
+        return _retyped(m, GroupNorm)
     return m
 
 
@@ -155,6 +160,8 @@ _NAMES = [
     ("torch.nn.modules.activation", "ReLU", ReLU),
     ("torch.nn", "Softmax", Softmax),
     ("torch.nn.modules.activation", "Softmax", Softmax),
+    ("torch.nn", "GroupNorm", GroupNorm),
+    ("torch.nn.modules.normalization", "GroupNorm", GroupNorm),
 ]
 _saved: list | None = None  # while enabled: (object, attribute, original value) for every rebinding
 

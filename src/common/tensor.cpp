@@ -114,6 +114,19 @@ void check_same_device(const tigon_tensor& a, const char* arg_a, const tigon_ten
              a.device.device_type, ", ", a.device.device_id, "); all tensors must share one device");
 }
 
+void* param_vector(const tigon_tensor* t, const char* arg, const tigon_tensor& ref, const char* ref_arg, int64_t n,
+                   DType x_dtype, DType* dt, bool match) {
+  const tigon_tensor& v = require(t, arg);
+  check_same_device(ref, ref_arg, v, arg);
+  const DType got = dtype_of(v, arg);
+  if (match)
+    check_dtype_in(got, arg, {*dt});
+  else
+    check_dtype_in(got, arg, {x_dtype, DType::kFloat32});
+  *dt = got;
+  return as_vector(v, arg, n);
+}
+
 RowMatrix rows_like(const tigon_tensor* t, const char* arg, const tigon_tensor& ref, const char* ref_arg,
                     const RowMatrix& rm) {
   const tigon_tensor& tt = require(t, arg);

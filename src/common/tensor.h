@@ -59,6 +59,11 @@ RowMatrix rows_like(const tigon_tensor* t, const char* arg, const tigon_tensor& 
 void check_exact_alias(const RowMatrix& out, const char* out_arg, const RowMatrix& in, const char* in_arg);
 
 void check_same_device(const tigon_tensor& a, const char* arg_a, const tigon_tensor& b, const char* arg_b);
+
+// An op's per-channel parameter (or its gradient): a contiguous vector of n elements on ref's device, of x_dtype or
+// fp32, or exactly *dt when `match` (a second parameter that must share the first's dtype). Its dtype goes to *dt.
+void* param_vector(const tigon_tensor* t, const char* arg, const tigon_tensor& ref, const char* ref_arg, int64_t n,
+                   DType x_dtype, DType* dt, bool match);
 void check_dtype_in(DType got, const char* arg, std::initializer_list<DType> allowed);
 
 // A workspace of at least `need` bytes (non-NULL when need > 0); the error names size_fn, which reports the size.

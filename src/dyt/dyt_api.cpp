@@ -27,15 +27,7 @@ float* scalar(const tigon_tensor* t, const char* arg, const tigon_tensor& xt) {
 // A [C] vector of x's dtype or fp32 on x's device; its dtype in *dt (which, when `match`, it must equal).
 void* channels(const tigon_tensor* t, const char* arg, const tigon_tensor& xt, const RowMatrix& xm, DType* dt,
                bool match) {
-  const tigon_tensor& v = require(t, arg);
-  check_same_device(xt, "x", v, arg);
-  const DType got = dtype_of(v, arg);
-  if (match)
-    check_dtype_in(got, arg, {*dt});
-  else
-    check_dtype_in(got, arg, {xm.dtype, DType::kFloat32});
-  *dt = got;
-  return as_vector(v, arg, xm.cols);
+  return param_vector(t, arg, xt, "x", xm.cols, xm.dtype, dt, match);
 }
 
 }  // namespace

@@ -53,6 +53,23 @@ TEST(CppLayer, Dyt) {
   expect_error_naming([&] { tigon::dyt_fwd(xv, av, short_g, nullptr, yv); }, "gamma");
 }
 
+TEST(CppLayer, GroupNorm) {
+  // 1 sample, 4 channels in 2 groups, 2 positions each
+  std::vector<float> x{0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f}, w(4, 2.f), b(4, 1.f), y(8), mean(2), rstd(2), dx(8),
+      dw(4), db(4);
+  TensorView xv(x.data(), {1, 4, 2}, dt::float32), wv(w.data(), {4}, dt::float32), bv(b.data(), {4}, dt::float32),
+      yv(y.data(), {1, 4, 2}, dt::float32), mv(mean.data(), {1, 2}, dt::float32), rv(rstd.data(), {1, 2}, dt::float32),
+      dxv(dx.data(), {1, 4, 2}, dt::float32), dwv(dw.data(), {4}, dt::float32), dbv(db.data(), {4}, dt::float32);
+  const tigon_group_norm_params prm{1e-5f, 2};
+  tigon::group_norm_fwd(xv, &wv, &bv, yv, mv, rv, prm);
+  EXPECT_NEAR(mean[1], 5.5f, 1e-6f);
+  EXPECT_NEAR(y[0] + y[1] + y[2] + y[3], 4.f, 1e-5f);            // 4 x the bias: the group's xhat sums to 0
+  EXPECT_EQ(tigon::group_norm_bwd_workspace_size(xv, prm), 0u);  // the CPU path needs none
+  tigon::group_norm_bwd(yv, xv, &wv, mv, rv, &dxv, &dwv, &dbv, prm, nullptr, 0);
+  EXPECT_NEAR(db[0], y[0] + y[1], 1e-5f);
+  expect_error_naming([&] { tigon::group_norm_fwd(xv, &wv, &bv, yv, mv, rv, {1e-5f, 3}); }, "params.num_groups");
+}
+
 TEST(CppLayer, Softmax) {
   std::vector<float> x{0.f, 1.f, 2.f, 3.f}, y(4), dx(4);
   TensorView xv(x.data(), {1, 4}, dt::float32), yv(y.data(), {1, 4}, dt::float32), dxv(dx.data(), {1, 4}, dt::float32);

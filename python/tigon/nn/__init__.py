@@ -5,6 +5,7 @@ from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.distill import JSD, KLDivLoss, TVDLoss
 from tigon.nn.dyt import DyT
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
+from tigon.nn.group_norm import GroupNorm
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.linear_act import Linear
 from tigon.nn.poly_norm import PolyNorm
@@ -23,6 +24,7 @@ __all__ = [
     "GELU",
     "GemmaMLP",
     "GemmaRMSNorm",
+    "GroupNorm",
     "JSD",
     "KLDivLoss",
     "LayerNorm",

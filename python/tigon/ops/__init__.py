@@ -8,6 +8,7 @@ from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.dyt import dyt
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.gemv import gemv
+from tigon.ops.group_norm import group_norm
 from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.linear_act import linear_act
@@ -30,6 +31,7 @@ __all__ = [
     "geglu",
     "geglu_fused",
     "gelu",
+    "group_norm",
     "int8_linear",
     "jsd",
     "kl_div",
