@@ -25,6 +25,7 @@
 #include "tigon/rms_norm.h"
 #include "tigon/rope.h"
 #include "tigon/softmax.h"
+#include "tigon/sparsemax.h"
 #include "tigon/swiglu.h"
 #include "tigon/tigon.h"
 
@@ -247,6 +248,14 @@ inline void softmax_fwd(const TensorView& x, const TensorView& y, void* stream =
 
 inline void softmax_bwd(const TensorView& dy, const TensorView& y, const TensorView& dx, void* stream = nullptr) {
   check(tigon_softmax_bwd(dy, y, dx, stream));
+}
+
+inline void sparsemax_fwd(const TensorView& x, const TensorView& y, void* stream = nullptr) {
+  check(tigon_sparsemax_fwd(x, y, stream));
+}
+
+inline void sparsemax_bwd(const TensorView& dy, const TensorView& y, const TensorView& dx, void* stream = nullptr) {
+  check(tigon_sparsemax_bwd(dy, y, dx, stream));
 }
 
 inline void poly_norm_fwd(const TensorView& x, const TensorView& weight, const TensorView& bias, const TensorView& y,

@@ -1,18 +1,13 @@
-// Softmax inside the library: the validated problems both implementations take.
+// Softmax inside the library: the validated problems (common/rowwise.h) both implementations take.
 #pragma once
 
-#include "common/tensor.h"
+#include "common/rowwise.h"
 #include "tigon/softmax.h"
 
 namespace tigon::softmax {
 
-struct FwdProblem {
-  RowMatrix x, y;
-};
-
-struct BwdProblem {
-  RowMatrix dy, y, dx;
-};
+using rowwise::BwdProblem;
+using rowwise::FwdProblem;
 
 void fwd_cpu(const FwdProblem& p);
 void bwd_cpu(const BwdProblem& p);

@@ -80,6 +80,17 @@ TEST(CppLayer, Softmax) {
   expect_error_naming([&] { tigon::softmax_fwd(xv, short_y); }, "y");
 }
 
+TEST(CppLayer, Sparsemax) {
+  std::vector<float> x{0.f, 1.f, 2.f, 3.f}, y(4), dx(4);
+  TensorView xv(x.data(), {1, 4}, dt::float32), yv(y.data(), {1, 4}, dt::float32), dxv(dx.data(), {1, 4}, dt::float32);
+  tigon::sparsemax_fwd(xv, yv);
+  EXPECT_EQ(y[0], 0.f);  // tau = 2.5: only the largest two pass
+  EXPECT_NEAR(y[2] + y[3], 1.f, 1e-6f);
+  tigon::sparsemax_bwd(yv, yv, dxv);
+  TensorView short_y(y.data(), {1, 3}, dt::float32);
+  expect_error_naming([&] { tigon::sparsemax_fwd(xv, short_y); }, "y");
+}
+
 TEST(CppLayer, PolyNorm) {
   std::vector<float> x{1.f, 2.f, -1.f, 0.5f}, w{0.3f, 0.3f, 0.4f}, b{1.f}, y(4), rstd(6), dx(4), dw(3), db(1);
   TensorView xv(x.data(), {2, 2}, dt::float32), wv(w.data(), {3}, dt::float32), bv(b.data(), {1}, dt::float32),

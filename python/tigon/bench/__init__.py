@@ -18,6 +18,7 @@ _RUNNERS = {
     "dyt": ("dyt", "run"),
     "group_norm": ("group_norm", "run"),
     "softmax": ("softmax", "run"),
+    "sparsemax": ("sparsemax", "run"),
     "poly_norm": ("poly_norm", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),

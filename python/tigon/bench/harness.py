@@ -240,3 +240,43 @@ def time_checked(op: str, label: str, shape, fns: dict, checks: dict, time, nbyt
         if ctx.device.type == "cuda":  # hand back what this implementation's graphs and copies held: the next one
             torch.cuda.empty_cache()  # starts from the same clean allocator (timings drifted run to run without)
     return results
+
+
+def _rowwise_errors(fn, x, dy, ref) -> dict:
+    leaf = x.detach().clone().requires_grad_()
+    y = fn(leaf)
+    (dx,) = torch.autograd.grad(y, leaf, dy)
+    return {"err_y": (y.float() - ref[0]).abs().max().item(), "err_dx": (dx.float() - ref[1]).abs().max().item()}
+
+
+def run_rowwise(op: str, impls: dict, reference, gpu_shapes, cpu_shapes, args, ctx) -> list[dict]:
+    """The benchmark of a row-wise op y = f(x) over the last dimension (softmax, sparsemax): [rows, cols] inputs of
+    2 * randn, errors against reference(x in fp32), forward and forward + backward timed. Memory-bound: the forward
+    reads x and writes y; the backward reads y and dy and writes dx."""
+    fns = make_impls(op, impls, args, ctx)
+    results = []
+    for shape in bench_shapes(op, args, ctx, gpu_shapes, cpu_shapes, "rows x cols"):
+        M, N = shape
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        x, dy = ((torch.randn(M, N, generator=gen, device=ctx.device) * 2).to(ctx.dtype) for _ in range(2))
+        elt = x.element_size()
+        nbytes = {"fwd": 2 * M * N * elt, "bwd": 3 * M * N * elt, "full": 5 * M * N * elt}
+        if "torch_compile" in fns:
+            torch._dynamo.reset()
+        xf = x.float().requires_grad_()
+        yf = reference(xf)
+        ref = (yf.detach(), torch.autograd.grad(yf, xf, dy.float())[0])
+        checks = run_checks(fns, lambda fn: _rowwise_errors(fn, x, dy, ref))
+        del ref, xf, yf
+        results += time_checked(
+            op,
+            f"{op} {M}x{N}",
+            shape,
+            fns,
+            checks,
+            lambda fn: time_fwd_bwd(op, fn, (x,), (0,), (dy,), ctx),
+            nbytes,
+            ctx,
+        )
+        del x, dy
+    return results

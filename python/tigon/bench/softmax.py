@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tigon.bench.harness import bench_shapes, make_impls, run_checks, standard_impls, time_checked, time_fwd_bwd
+from tigon.bench.harness import run_rowwise, standard_impls
 
 OP = "softmax"
 GPU_SHAPES = [(16384, 4096), (1024, 131072)]
@@ -23,38 +23,5 @@ def torch_softmax(x):
 IMPLS = standard_impls("softmax", torch_softmax, "liger_kernel.ops.softmax", "LigerSoftmaxFunction")
 
 
-def _max_errors(fn, x, dy, ref) -> dict:
-    leaf = x.detach().clone().requires_grad_()
-    y = fn(leaf)
-    (dx,) = torch.autograd.grad(y, leaf, dy)
-    return {"err_y": (y.float() - ref[0]).abs().max().item(), "err_dx": (dx.float() - ref[1]).abs().max().item()}
-
-
 def run(args, ctx) -> list[dict]:
-    fns = make_impls(OP, IMPLS, args, ctx)
-    results = []
-    for shape in bench_shapes(OP, args, ctx, GPU_SHAPES, CPU_SHAPES, "rows x cols"):
-        M, N = shape
-        gen = torch.Generator(device=ctx.device).manual_seed(0)
-        x, dy = ((torch.randn(M, N, generator=gen, device=ctx.device) * 2).to(ctx.dtype) for _ in range(2))
-        elt = x.element_size()
-        nbytes = {"fwd": 2 * M * N * elt, "bwd": 3 * M * N * elt, "full": 5 * M * N * elt}
-        if "torch_compile" in fns:
-            torch._dynamo.reset()
-        xf = x.float().requires_grad_()
-        yf = torch.softmax(xf, -1)
-        ref = (yf.detach(), torch.autograd.grad(yf, xf, dy.float())[0])
-        checks = run_checks(fns, lambda fn: _max_errors(fn, x, dy, ref))
-        del ref, xf, yf
-        results += time_checked(
-            OP,
-            f"{OP} {M}x{N}",
-            shape,
-            fns,
-            checks,
-            lambda fn: time_fwd_bwd(OP, fn, (x,), (0,), (dy,), ctx),
-            nbytes,
-            ctx,
-        )
-        del x, dy
-    return results
+    return run_rowwise(OP, IMPLS, torch_softmax, GPU_SHAPES, CPU_SHAPES, args, ctx)

@@ -12,6 +12,7 @@ from tigon.nn.poly_norm import PolyNorm
 from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
 from tigon.nn.softmax import Softmax
+from tigon.nn.sparsemax import Sparsemax
 from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.nn.tiled_mlp import TiledGEGLUMLP, TiledMLP, TiledSwiGLUMLP, tiled_mlp
 
@@ -40,6 +41,7 @@ __all__ = [
     "ReLU",
     "SiLU",
     "Softmax",
+    "Sparsemax",
     "apply_rotary_pos_emb",
     "tiled_mlp",
 ]

@@ -16,6 +16,7 @@ from tigon.ops.poly_norm import poly_norm
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
 from tigon.ops.softmax import softmax
+from tigon.ops.sparsemax import sparsemax
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "rms_norm",
     "rope",
     "softmax",
+    "sparsemax",
     "silu",
     "swiglu",
     "swiglu_fused",

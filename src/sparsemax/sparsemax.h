@@ -1,0 +1,17 @@
+// Sparsemax inside the library: the validated problems (common/rowwise.h) both implementations take.
+#pragma once
+
+#include "common/rowwise.h"
+#include "tigon/sparsemax.h"
+
+namespace tigon::sparsemax {
+
+using rowwise::BwdProblem;
+using rowwise::FwdProblem;
+
+void fwd_cpu(const FwdProblem& p);
+void bwd_cpu(const BwdProblem& p);
+void fwd_cuda(const FwdProblem& p, void* stream);
+void bwd_cuda(const BwdProblem& p, void* stream);
+
+}  // namespace tigon::sparsemax
