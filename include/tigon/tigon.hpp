@@ -14,6 +14,7 @@
 #include "tigon/cross_entropy.h"
 #include "tigon/distill.h"
 #include "tigon/dyt.h"
+#include "tigon/embedding.h"
 #include "tigon/error.hpp"
 #include "tigon/fused_linear_cross_entropy.h"
 #include "tigon/gemv.h"
@@ -220,6 +221,23 @@ inline void dyt_bwd(const TensorView& dy, const TensorView& x, const TensorView&
                     void* workspace, size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_dyt_bwd(dy, x, alpha, gamma, detail::opt(dx), detail::opt(dalpha), detail::opt(dgamma),
                       detail::opt(dbeta), workspace, workspace_bytes, stream));
+}
+
+inline void embedding_fwd(const TensorView& indices, const TensorView& weight, const TensorView& y,
+                          void* stream = nullptr) {
+  check(tigon_embedding_fwd(indices, weight, y, stream));
+}
+
+inline size_t embedding_bwd_workspace_size(const TensorView& indices, const TensorView& weight) {
+  size_t bytes = 0;
+  check(tigon_embedding_bwd_workspace_size(indices, weight, &bytes));
+  return bytes;
+}
+
+inline void embedding_bwd(const TensorView& indices, const TensorView& dy, const TensorView& dweight,
+                          tigon_embedding_params params, void* workspace, size_t workspace_bytes,
+                          void* stream = nullptr) {
+  check(tigon_embedding_bwd(indices, dy, dweight, params, workspace, workspace_bytes, stream));
 }
 
 inline void group_norm_fwd(const TensorView& x, const TensorView* weight, const TensorView* bias, const TensorView& y,

@@ -53,6 +53,20 @@ TEST(CppLayer, Dyt) {
   expect_error_naming([&] { tigon::dyt_fwd(xv, av, short_g, nullptr, yv); }, "gamma");
 }
 
+TEST(CppLayer, Embedding) {
+  std::vector<int64_t> idx{2, 0, 2};
+  std::vector<float> w{0.f, 1.f, 2.f, 3.f, 4.f, 5.f}, y(6), dw(6);
+  TensorView iv(idx.data(), {3}, dt::int64), wv(w.data(), {3, 2}, dt::float32), yv(y.data(), {3, 2}, dt::float32),
+      dwv(dw.data(), {3, 2}, dt::float32);
+  tigon::embedding_fwd(iv, wv, yv);
+  EXPECT_EQ(y[0], 4.f);
+  EXPECT_EQ(tigon::embedding_bwd_workspace_size(iv, wv), 0u);  // the CPU path needs none
+  tigon::embedding_bwd(iv, yv, dwv, {-1}, nullptr, 0);
+  EXPECT_EQ(dw[4], 8.f);  // row 2 picked twice
+  EXPECT_EQ(dw[2], 0.f);  // row 1 never
+  expect_error_naming([&] { tigon::embedding_bwd(iv, yv, dwv, {3}, nullptr, 0); }, "params.padding_idx");
+}
+
 TEST(CppLayer, GroupNorm) {
   // 1 sample, 4 channels in 2 groups, 2 positions each
   std::vector<float> x{0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f}, w(4, 2.f), b(4, 1.f), y(8), mean(2), rstd(2), dx(8),

@@ -16,6 +16,7 @@ _RUNNERS = {
     "add_rms_norm": ("add_rms_norm", "run"),
     "layer_norm": ("layer_norm", "run"),
     "dyt": ("dyt", "run"),
+    "embedding": ("embedding", "run"),
     "group_norm": ("group_norm", "run"),
     "softmax": ("softmax", "run"),
     "sparsemax": ("sparsemax", "run"),

@@ -4,6 +4,7 @@ from tigon.nn.activation import GELU, ReLU, SiLU
 from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.distill import JSD, KLDivLoss, TVDLoss
 from tigon.nn.dyt import DyT
+from tigon.nn.embedding import Embedding
 from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.group_norm import GroupNorm
 from tigon.nn.layer_norm import LayerNorm
@@ -19,6 +20,7 @@ from tigon.nn.tiled_mlp import TiledGEGLUMLP, TiledMLP, TiledSwiGLUMLP, tiled_ml
 __all__ = [
     "CrossEntropyLoss",
     "DyT",
+    "Embedding",
     "FalconH1MLP",
     "FusedAddRMSNorm",
     "FusedLinearCrossEntropyLoss",

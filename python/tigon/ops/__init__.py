@@ -6,6 +6,7 @@ from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.decode_attention import decode_attention
 from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.dyt import dyt
+from tigon.ops.embedding import embedding
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.ops.gemv import gemv
 from tigon.ops.group_norm import group_norm
@@ -25,6 +26,7 @@ __all__ = [
     "decode_attention",
     "distill",
     "dyt",
+    "embedding",
     "flash_attention",
     "fused_linear_cross_entropy",
     "gemv",

@@ -1,0 +1,37 @@
+// Embedding inside the library: the validated problems both implementations take.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/tensor.h"
+#include "tigon/embedding.h"
+
+namespace tigon::embedding {
+
+struct Indices {
+  const void* data = nullptr;
+  DType dtype = DType::kInt64;  // or kInt32
+  int64_t n = 0;
+};
+
+struct FwdProblem {
+  Indices idx;
+  RowMatrix weight, y;
+};
+
+struct BwdProblem {
+  Indices idx;
+  RowMatrix dy, dweight;  // dweight.rows: the vocabulary V
+  int64_t padding_idx = -1;
+};
+
+// CUDA backward workspace: keys and positions before and after the sort, and the sort's own temporary storage.
+size_t cuda_workspace_bytes(int64_t n, int64_t vocab);
+
+void fwd_cpu(const FwdProblem& p);
+void bwd_cpu(const BwdProblem& p);
+void fwd_cuda(const FwdProblem& p, void* stream);
+void bwd_cuda(const BwdProblem& p, void* workspace, void* stream);
+
+}  // namespace tigon::embedding
