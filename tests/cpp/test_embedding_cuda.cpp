@@ -27,7 +27,7 @@ TEST_P(EmbeddingCuda, MatchesReference) {
   SKIP_WITHOUT_GPU();
   const auto [dtype, gdt, vocab, h, n, i32] = GetParam();
   std::mt19937 rng(unsigned(vocab + h + n));
-  std::vector<int64_t> idx(size_t(n));
+  std::vector<int64_t> idx(static_cast<size_t>(n));
   std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
   for (int64_t i = 0; i < n; ++i) idx[size_t(i)] = i % 3 == 0 ? 1 : pick(rng);  // index 1: a long run
   if (n > 5) idx[5] = vocab + 3;                                                // out of range
@@ -83,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::kBFloat16, DType::kFloat32, 1000, 4096, 700, true},     // int32, wide rows
                       Case{DType::kFloat16, DType::kFloat16, 50, 100, 3000, false},       // elements, few indices
                       Case{DType::kFloat32, DType::kFloat32, 7, 33, 20, true},
-                      Case{DType::kBFloat16, DType::kFloat32, 300, 64, 0, false}),        // no indices: dW = 0
+                      Case{DType::kBFloat16, DType::kFloat32, 300, 64, 0, false}),  // no indices: dW = 0
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       return std::string(short_name(std::get<0>(c))) + "_g" + short_name(std::get<1>(c)) + "_" +

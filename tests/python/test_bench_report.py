@@ -134,3 +134,25 @@ def test_train_step_table_compares_each_row_with_transformers_at_the_same_optimi
     assert [line.split()[-2] for line in lines] == ["1.00", "1.50", "1.00", "2.00"]
     table = records.train_step_markdown([dict(r, timestamp="t", **{"gpu": "GPU"}) for r in rows])
     assert "| fused | 4 × 2048 | tigon |" in table and "2.00×" in table
+
+
+def test_sweep_takes_its_ops_shapes_and_implementations_and_flags_shapes_behind(capsys):
+    from tigon.bench import __main__ as cli
+    from tigon.bench import sweep
+
+    args = cli.parse_args(["--sweep"])
+    assert args.ops == list(sweep.SHAPES) and args.impls == sweep.IMPLS
+    assert cli.parse_args(["--sweep", "--ops", "rms_norm,gemv"]).ops == ["rms_norm"]  # gemv has no sweep
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--sweep", "--shapes", "4x4"])
+    row = lambda impl, fwd, full: {
+        "op": "rms_norm",
+        "shape": [8192, 4096],
+        "impl": impl,
+        "fwd_dev_ms": fwd,
+        "full_dev_ms": full,
+    }  # noqa: E731
+    sweep.print_summary([row("tigon", 0.10, 0.30), row("liger", 0.09, 0.40), row("torch_compile", 0.12, 0.35)])
+    out = capsys.readouterr().out
+    assert "0.90" in out and "1.17" in out  # fwd: liger's 0.09 / 0.10; full: compile's 0.35 / 0.30
+    assert "behind (< 0.98x): rms_norm 8192x4096" in out

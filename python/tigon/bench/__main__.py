@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 import tigon
-from tigon.bench import BENCHMARKS, DEFAULT_OPS, decode, encoder, records, train_step
+from tigon.bench import BENCHMARKS, DEFAULT_OPS, decode, encoder, records, sweep, train_step
 from tigon.bench.report import Context, draw_charts, environment, grouped_notes, print_table, progress, write_jsonl
 from tigon.bench.timing import measure_copy_bandwidth
 
@@ -61,6 +61,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-chart", action="store_true")
     p.add_argument("--cpu-compile", action="store_true", help="also run torch.compile on the CPU (slow to compile)")
     p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="the memory-bound training ops over real models' shapes, Tigon against torch.compile and Liger, with a "
+        "summary of where Tigon is behind (tigon/bench/sweep.py; --ops narrows it)",
+    )
+    p.add_argument(
         "--in-process",
         action="store_true",
         help="run every op in this process (default on a GPU: a process per op, so memory a baseline's failed graph "
@@ -69,6 +75,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--op-process", action="store_true", help=argparse.SUPPRESS)  # one op's process: rows, no tables
     p.add_argument("--copy-gbps", type=float, default=None, help=argparse.SUPPRESS)  # measured once by the parent
     args = p.parse_args(argv)
+    if args.sweep:
+        explicit = any(a == "--ops" or a.startswith("--ops=") for a in (argv if argv is not None else sys.argv[1:]))
+        args.ops = [o for o in args.ops if o in sweep.SHAPES] if explicit else list(sweep.SHAPES)
+        args.impls = args.impls or list(sweep.IMPLS)
+        if args.shapes:
+            p.error("--sweep takes each op's shapes from tigon/bench/sweep.py; leave --shapes out")
     unknown = [o for o in args.ops if o not in BENCHMARKS]
     if unknown:
         p.error(f"unknown op(s) {unknown}; registered: {list(BENCHMARKS)}")
@@ -81,6 +93,10 @@ def main(argv=None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: torch sees no CUDA device")
+    if args.sweep and device.type == "cpu" and args.device != "cpu":
+        sys.exit(
+            "--sweep measures the CUDA kernels and torch sees no CUDA device (--device cpu runs it anyway, slowly)"
+        )
     if device.type == "cpu":
         progress(
             ("no CUDA device" if args.device is None else "--device cpu")
@@ -127,6 +143,8 @@ def main(argv=None) -> int:
     progress(f"done in {time.perf_counter() - t0:.1f} s")
     if op_rows:
         print_table(op_rows, ctx)  # last, so the tables end stdout (with the notes)
+    if args.sweep:
+        sweep.print_summary(op_rows)
     train_step.print_table(results)
     decode.print_table(results)
     encoder.print_table(results)
@@ -145,6 +163,8 @@ def _run_here(args, ctx) -> tuple[list[dict], bool]:
     """Every op of args.ops in this process: (rows, whether a Tigon row or a whole op failed)."""
     results, failed = [], False
     for op in args.ops:
+        if args.sweep:
+            args.shapes = sweep.SHAPES[op]
         try:
             results += BENCHMARKS[op](args, ctx)
         except Exception as e:  # one broken op must not lose the others' numbers
@@ -167,8 +187,9 @@ def _run_in_processes(args, ctx) -> tuple[list[dict], bool]:
             cmd += ["--quick"] * args.quick + ["--cpu-compile"] * args.cpu_compile
             if args.impls:
                 cmd += ["--impls", ",".join(args.impls)]
-            if args.shapes:
-                cmd += ["--shapes", ",".join("x".join(map(str, s)) for s in args.shapes)]
+            shapes = sweep.SHAPES[op] if args.sweep else args.shapes
+            if shapes:
+                cmd += ["--shapes", ",".join("x".join(map(str, s)) for s in shapes)]
             code = subprocess.run(cmd).returncode  # its progress and notes go to this run's stderr as they come
             rows, notes = Path(tmp, "results.jsonl"), Path(tmp, "notes.json")
             results += [json.loads(line) for line in rows.read_text().splitlines()] if rows.exists() else []
