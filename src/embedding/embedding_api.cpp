@@ -41,7 +41,6 @@ RowMatrix matrix(const tigon_tensor* t, const char* arg, const tigon_tensor& ref
 
 }  // namespace
 
-
 }  // namespace tigon::embedding
 
 using namespace tigon;

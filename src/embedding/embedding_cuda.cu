@@ -1,7 +1,8 @@
 // Embedding CUDA path. Forward: a warp per output row, 16-byte vectors where rows allow. Backward, deterministic
 // without atomics: the indices are radix-sorted with their positions (stable, so each index's positions stay in
 // increasing order); a warp per sorted position that starts a run of equal indices sums that run's dy rows in fp32, in
-// order, and writes the index's dweight row. dweight is zeroed first, so rows never indexed (and the padding row) are 0.
+// order, and writes the index's dweight row. dweight is zeroed first, so rows never indexed (and the padding row) are
+// 0.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
@@ -32,8 +33,8 @@ __device__ __forceinline__ int64_t load_index(const void* idx, int64_t i) {
 }
 
 template <class T, class I, int V>
-__global__ void __launch_bounds__(kThreads) fwd(const void* idx, int64_t n, const T* w, int64_t vocab, int64_t w_stride,
-                                                T* y, int64_t y_stride, int64_t h) {
+__global__ void __launch_bounds__(kThreads)
+    fwd(const void* idx, int64_t n, const T* w, int64_t vocab, int64_t w_stride, T* y, int64_t y_stride, int64_t h) {
   const int lane = threadIdx.x % 32;
   for (int64_t i = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; i < n; i += int64_t(gridDim.x) * kWarps) {
     const int64_t v = load_index<I>(idx, i);
@@ -53,8 +54,7 @@ __global__ void __launch_bounds__(kThreads) fwd(const void* idx, int64_t n, cons
 
 // keys[i] = indices[i] (vocab for one out of range or at padding_idx: sorted last, never summed), pos[i] = i.
 template <class I>
-__global__ void make_keys(const void* idx, int64_t n, int64_t vocab, int64_t padding_idx, int64_t* keys,
-                          int64_t* pos) {
+__global__ void make_keys(const void* idx, int64_t n, int64_t vocab, int64_t padding_idx, int64_t* keys, int64_t* pos) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t v = load_index<I>(idx, i);
     keys[i] = v >= 0 && v < vocab && v != padding_idx ? v : vocab;
@@ -63,9 +63,9 @@ __global__ void make_keys(const void* idx, int64_t n, int64_t vocab, int64_t pad
 }
 
 template <class T, class G>
-__global__ void __launch_bounds__(kThreads) sum_runs(const int64_t* keys, const int64_t* pos, int64_t n, int64_t vocab,
-                                                     const T* dy, int64_t dy_stride, G* dw, int64_t dw_stride,
-                                                     int64_t h) {
+__global__ void __launch_bounds__(kThreads)
+    sum_runs(const int64_t* keys, const int64_t* pos, int64_t n, int64_t vocab, const T* dy, int64_t dy_stride, G* dw,
+             int64_t dw_stride, int64_t h) {
   const int lane = threadIdx.x % 32;
   for (int64_t s = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; s < n; s += int64_t(gridDim.x) * kWarps) {
     const int64_t v = keys[s];
@@ -98,9 +98,8 @@ unsigned grid_for(int64_t items, int per_block) {
 size_t sort_temp_bytes(int64_t n, int64_t vocab) {
   size_t bytes = 0;
   TIGON_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int64_t*>(nullptr),
-                                                    static_cast<int64_t*>(nullptr),
-                                                    static_cast<const int64_t*>(nullptr),
-                                                    static_cast<int64_t*>(nullptr), int(n), 0, key_bits(vocab)));
+                                                   static_cast<int64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
+                                                   static_cast<int64_t*>(nullptr), int(n), 0, key_bits(vocab)));
   return bytes;
 }
 
@@ -108,16 +107,17 @@ template <class T, class I>
 void run_fwd(const FwdProblem& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(T);
   const bool vec = p.weight.cols % V == 0 && p.weight.row_stride % V == 0 && p.y.row_stride % V == 0 &&
-                   reinterpret_cast<uintptr_t>(p.weight.data) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y.data) % 16 == 0;
+                   reinterpret_cast<uintptr_t>(p.weight.data) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.y.data) % 16 == 0;
   const auto* w = static_cast<const T*>(p.weight.data);
   auto* y = static_cast<T*>(p.y.data);
   const unsigned grid = grid_for(p.idx.n, kWarps);
   if (vec)
     fwd<T, I, V><<<grid, kThreads, 0, stream>>>(p.idx.data, p.idx.n, w, p.weight.rows, p.weight.row_stride, y,
-                                               p.y.row_stride, p.weight.cols);
+                                                p.y.row_stride, p.weight.cols);
   else
     fwd<T, I, 1><<<grid, kThreads, 0, stream>>>(p.idx.data, p.idx.n, w, p.weight.rows, p.weight.row_stride, y,
-                                               p.y.row_stride, p.weight.cols);
+                                                p.y.row_stride, p.weight.cols);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
@@ -163,8 +163,8 @@ void bwd_cuda(const BwdProblem& p, void* workspace, void* stream) {
   else
     make_keys<int32_t><<<grid, kThreads, 0, st>>>(p.idx.data, n, vocab, p.padding_idx, keys_in, pos_in);
   TIGON_CUDA_CHECK_LAUNCH();
-  TIGON_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys, pos_in, pos, int(n), 0,
-                                                    key_bits(vocab), st));
+  TIGON_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys, pos_in, pos, int(n), 0, key_bits(vocab), st));
   TIGON_SWITCH_FLOAT(p.dy.dtype, T, {
     if (p.dweight.dtype == DType::kFloat32)
       run_sums<T, float>(p, keys, pos, st);

@@ -11,7 +11,8 @@ namespace tigon::embedding {
 namespace {
 
 int64_t index_at(const Indices& idx, int64_t i) {
-  return idx.dtype == DType::kInt64 ? static_cast<const int64_t*>(idx.data)[i] : static_cast<const int32_t*>(idx.data)[i];
+  return idx.dtype == DType::kInt64 ? static_cast<const int64_t*>(idx.data)[i]
+                                    : static_cast<const int32_t*>(idx.data)[i];
 }
 
 }  // namespace
