@@ -75,6 +75,9 @@ def test_module_and_swap(device):
     with tigon.enabled():
         built = torch.nn.GroupNorm(2, 8)
     assert type(built) is tigon.nn.GroupNorm and torch.nn.GroupNorm is not tigon.nn.GroupNorm
+    cl = x.to(memory_format=torch.channels_last)  # torch's forward: the output stays channels_last
+    m2 = tigon.nn.GroupNorm(1, 3).to(device)
+    assert m2(cl).is_contiguous(memory_format=torch.channels_last)
 
 
 @pytest.mark.parametrize("device", DEVICES)
