@@ -1,8 +1,8 @@
 // Embedding CUDA path. Forward: a warp per output row, 16-byte vectors where rows allow. Backward, deterministic
 // without atomics: the indices are radix-sorted with their positions (stable, so each index's positions stay in
-// increasing order); a warp per sorted position that starts a run of equal indices sums that run's dy rows in fp32, in
-// order, and writes the index's dweight row. dweight is zeroed first, so rows never indexed (and the padding row) are
-// 0.
+// increasing order); for each run of equal indices, a warp per 256 columns of the gradient row sums the run's dy rows
+// in fp32 in position order (a frequent index's long run is spread over the row's tiles) and writes them. dweight is
+// zeroed first, so rows never indexed (and the padding row) are 0.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
@@ -72,9 +72,11 @@ __global__ void __launch_bounds__(kThreads)
     if (v >= vocab || (s > 0 && keys[s - 1] == v)) continue;  // not the start of a run of a real index
     int64_t end = s + 1;
     while (end < n && keys[end] == v) ++end;
-    for (int64_t c0 = 0; c0 < h; c0 += kCols) {
+    // blockIdx.y picks the column tiles: a frequent index's run is summed by as many warps as the row has tiles
+    for (int64_t c0 = int64_t(blockIdx.y) * kCols; c0 < h; c0 += int64_t(gridDim.y) * kCols) {
       float acc[kCols / 32] = {};
-      for (int64_t r = s; r < end; ++r) {
+#pragma unroll 4
+      for (int64_t r = s; r < end; ++r) {  // in position order: the same sums every run
         const T* row = dy + pos[r] * dy_stride;
 #pragma unroll
         for (int j = 0; j < kCols / 32; ++j) {
@@ -123,9 +125,10 @@ void run_fwd(const FwdProblem& p, cudaStream_t stream) {
 
 template <class T, class G>
 void run_sums(const BwdProblem& p, const int64_t* keys, const int64_t* pos, cudaStream_t stream) {
-  sum_runs<T, G><<<grid_for(p.idx.n, kWarps), kThreads, 0, stream>>>(
-      keys, pos, p.idx.n, p.dweight.rows, static_cast<const T*>(p.dy.data), p.dy.row_stride,
-      static_cast<G*>(p.dweight.data), p.dweight.row_stride, p.dweight.cols);
+  const dim3 grid(grid_for(p.idx.n, kWarps), unsigned(std::min<int64_t>((p.dweight.cols + kCols - 1) / kCols, 65535)));
+  sum_runs<T, G><<<grid, kThreads, 0, stream>>>(keys, pos, p.idx.n, p.dweight.rows, static_cast<const T*>(p.dy.data),
+                                                p.dy.row_stride, static_cast<G*>(p.dweight.data), p.dweight.row_stride,
+                                                p.dweight.cols);
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
