@@ -129,13 +129,15 @@ def autocast_linear(x, weight, bias, *others):
     return (cast(x), cast(weight), cast(bias), *(cast(t) for t in others))
 
 
-def scratch(size_fn, device: torch.device, *tensors) -> tuple[torch.Tensor | None, int]:
-    """A workspace of the bytes size_fn(*tensors, &bytes) reports (a C API *_workspace_size entry), on device: the
-    tensor (None when no bytes are needed) and its size."""
+def scratch(size_fn, device: torch.device, *args) -> tuple[torch.Tensor | None, int]:
+    """A workspace of the bytes size_fn(*args, &bytes) reports (a C API *_workspace_size entry), on device: the
+    tensor (None when no bytes are needed) and its size. Tensor arguments (and None) pass as descriptors, others (a
+    params struct) as they are."""
     import ctypes
 
     from tigon import _lib
 
     size = ctypes.c_size_t(0)
-    _lib.check(size_fn(*(_lib.tensor_arg(t) for t in tensors), ctypes.byref(size)))
+    arg = lambda a: _lib.tensor_arg(a) if a is None or isinstance(a, torch.Tensor) else a  # noqa: E731
+    _lib.check(size_fn(*(arg(a) for a in args), ctypes.byref(size)))
     return (torch.empty(size.value, dtype=torch.uint8, device=device) if size.value else None), size.value

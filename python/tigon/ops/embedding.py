@@ -9,7 +9,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import FLOAT_DTYPES, check_tensor, compiling
+from tigon.ops._common import FLOAT_DTYPES, check_tensor, compiling, scratch
 
 __all__ = ["embedding"]
 
@@ -41,9 +41,7 @@ def _bwd_impl(indices, dy, num_weights: int, padding_idx: int):
     if dy.stride(-1) != 1:
         dy = dy.contiguous()
     dw = torch.empty(num_weights, dy.shape[1], dtype=dy.dtype, device=dy.device)
-    size = ctypes.c_size_t(0)
-    _lib.check(_ws(_lib.tensor_arg(indices), _lib.tensor_arg(dw), ctypes.byref(size)))
-    ws = torch.empty(size.value, dtype=torch.uint8, device=dy.device) if size.value else None
+    ws, ws_bytes = scratch(_ws, dy.device, indices, dw)
     _lib.check(
         _bwd(
             _lib.tensor_arg(indices),
@@ -51,7 +49,7 @@ def _bwd_impl(indices, dy, num_weights: int, padding_idx: int):
             _lib.tensor_arg(dw),
             EmbeddingParams(padding_idx),
             ws.data_ptr() if ws is not None else None,
-            size.value,
+            ws_bytes,
             _lib.stream_of(dy),
         )
     )
@@ -118,7 +116,7 @@ def embedding(
     else:
         pad = padding_idx % v
     if (check_indices or indices.device.type == "cpu") and indices.numel() and not compiling():
-        lo, hi = indices.min().item(), indices.max().item()
+        lo, hi = (int(v) for v in torch.aminmax(indices))
         if lo < 0 or hi >= v:
             raise ValueError(f"embedding: argument 'indices' holds {lo if lo < 0 else hi}, outside [0, {v})")
     return _Embedding.apply(indices, weight, pad)

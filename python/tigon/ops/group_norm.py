@@ -9,7 +9,7 @@ import ctypes
 import torch
 
 from tigon import _lib
-from tigon.ops._common import FLOAT_DTYPES, check_tensor, compiling
+from tigon.ops._common import FLOAT_DTYPES, check_tensor, compiling, scratch
 
 __all__ = ["group_norm"]
 
@@ -45,9 +45,7 @@ def _bwd_impl(dy, x, weight, mean, rstd, num_groups: int, need_dx: bool, need_dw
     dw = torch.empty(c if need_dw else 0, dtype=gdt, device=x.device)
     db = torch.empty(c if need_db else 0, dtype=gdt, device=x.device)
     params = GroupNormParams(0.0, num_groups)
-    size = ctypes.c_size_t(0)
-    _lib.check(_ws(_lib.tensor_arg(x), params, ctypes.byref(size)))
-    ws = torch.empty(size.value, dtype=torch.uint8, device=x.device) if size.value and (need_dw or need_db) else None
+    ws, ws_bytes = scratch(_ws, x.device, x, params) if need_dw or need_db else (None, 0)
     arg = _lib.tensor_arg
     _lib.check(
         _bwd(
@@ -61,7 +59,7 @@ def _bwd_impl(dy, x, weight, mean, rstd, num_groups: int, need_dx: bool, need_dw
             arg(db) if need_db else None,
             params,
             ws.data_ptr() if ws is not None else None,
-            size.value if ws is not None else 0,
+            ws_bytes,
             _lib.stream_of(x),
         )
     )
