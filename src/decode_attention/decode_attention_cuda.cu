@@ -61,10 +61,8 @@ void combine(const kern::Args& a, cudaStream_t stream) {
 }
 
 template <class T, int D>
-void launch_mma(const kern::Args& a, cudaStream_t stream) {
+void launch_mma(const kern::Args& a, int dev, cudaStream_t stream) {
   constexpr int smem = mma::smem_bytes<D>();  // past the default 48 KB at D 128
-  int dev = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&dev));
   cuda::allow_max_smem(reinterpret_cast<const void*>(mma::decode<T, D>), cuda::device_limits(), dev);
   const int64_t units = int64_t(a.batch) * a.heads_kv * a.row_blocks * a.splits;
   mma::decode<T, D><<<unsigned(ceil_div(units, mma::kWarps)), mma::kWarps * 32, smem, stream>>>(a);
@@ -91,12 +89,12 @@ void launch_dim(const kern::Args& a, const Plan& p, cudaStream_t stream) {
 }
 
 template <class T>
-void launch(const kern::Args& a, const Plan& p, int64_t head_dim, cudaStream_t stream) {
+void launch(const kern::Args& a, const Plan& p, int64_t head_dim, int device, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: return launch_mma<T, 64>(a, stream);
+    case 64: return launch_mma<T, 64>(a, device, stream);
     case 80: return launch_dim<T, 80>(a, p, stream);
     case 96: return launch_dim<T, 96>(a, p, stream);
-    case 128: return launch_mma<T, 128>(a, stream);
+    case 128: return launch_mma<T, 128>(a, device, stream);
     case 256: return launch_dim<T, 256>(a, p, stream);
     default: fail(TIGON_ERROR_INTERNAL, "decode attention: unexpected head_dim ", head_dim);
   }
@@ -153,8 +151,8 @@ void run_cuda(const Problem& pr, void* workspace, size_t, void* stream_ptr) {
                      int(s.window_left)};
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   switch (s.dtype) {
-    case DType::kBFloat16: return launch<__nv_bfloat16>(a, p, s.head_dim, stream);
-    case DType::kFloat16: return launch<__half>(a, p, s.head_dim, stream);
+    case DType::kBFloat16: return launch<__nv_bfloat16>(a, p, s.head_dim, device, stream);
+    case DType::kFloat16: return launch<__half>(a, p, s.head_dim, device, stream);
     default: fail(TIGON_ERROR_INTERNAL, "decode attention: unexpected dtype ", dtype_name(s.dtype));
   }
 }

@@ -81,18 +81,19 @@ __global__ void __launch_bounds__(kThreads) bwd(const Args a) {
   }
 }
 
-unsigned grid_for(int64_t rows) {
+int current_device() {
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  return unsigned(std::min<int64_t>(rows, int64_t(sm_count(device)) * 8));
+  return device;
 }
+
+unsigned grid_for(int64_t rows, int device) { return unsigned(std::min<int64_t>(rows, int64_t(sm_count(device)) * 8)); }
 
 template <class T>
 void launch_fwd(const Args& a, cudaStream_t stream) {
-  const unsigned grid = grid_for(a.rows);
+  const int device = current_device();
+  const unsigned grid = grid_for(a.rows, device);
   if (a.cols <= kMaxCachedCols) {
-    int device = 0;
-    TIGON_CUDA_CHECK(cudaGetDevice(&device));
     cuda::allow_max_smem(reinterpret_cast<const void*>(fwd<T, true>), cuda::device_limits(), device);
     fwd<T, true><<<grid, kThreads, size_t(a.cols) * sizeof(float), stream>>>(a);
   } else {
@@ -111,7 +112,7 @@ void fwd_cuda(const FwdProblem& p, void* stream) {
 void bwd_cuda(const BwdProblem& p, void* stream) {
   const Args a{p.y.data, p.dy.data, p.dx.data, p.y.rows, p.y.cols, p.y.row_stride, p.dy.row_stride, p.dx.row_stride};
   TIGON_SWITCH_FLOAT(p.y.dtype, T, {
-    bwd<T><<<grid_for(a.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    bwd<T><<<grid_for(a.rows, current_device()), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
     TIGON_CUDA_CHECK_LAUNCH();
   });
 }
