@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +157,28 @@ def test_sweep_takes_its_ops_shapes_and_implementations_and_flags_shapes_behind(
     out = capsys.readouterr().out
     assert "0.90" in out and "1.17" in out  # fwd: liger's 0.09 / 0.10; full: compile's 0.35 / 0.30
     assert "behind (< 0.98x): rms_norm 8192x4096" in out
+
+
+def test_ops_in_processes_of_their_own_make_one_run(tmp_path, monkeypatch):
+    """Each op's process stamps its rows when it ends; the parent's timestamp replaces those, so one invocation stays
+    one run for the report (else every op would be a run of its own and the table would pick one op)."""
+    import subprocess
+
+    import torch
+
+    from tigon.bench import __main__ as cli
+
+    def fake_op_process(cmd):
+        out = Path(cmd[cmd.index("--out") + 1])
+        op = cmd[cmd.index("--ops") + 1]
+        row = {"op": op, "impl": "tigon", "shape": [4, 4], "timestamp": f"child-{op}", "git_sha": "abc"}
+        (out / "results.jsonl").write_text(json.dumps(row) + "\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_op_process)
+    args = cli.parse_args(["--ops", "rms_norm,layer_norm", "--out", str(tmp_path)])
+    env = {"timestamp": "parent", "git_sha": "abc"}
+    ctx = cli.Context(device=torch.device("cpu"), dtype=torch.bfloat16, reps=1, warmup=0, copy_gbps=1.0, env=env)
+    rows, failed = cli._run_in_processes(args, ctx)
+    assert not failed and [r["op"] for r in rows] == ["rms_norm", "layer_norm"]
+    assert {r["timestamp"] for r in rows} == {"parent"} and len(records.runs(rows)) == 1

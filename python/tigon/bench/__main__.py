@@ -192,7 +192,9 @@ def _run_in_processes(args, ctx) -> tuple[list[dict], bool]:
                 cmd += ["--shapes", ",".join("x".join(map(str, s)) for s in shapes)]
             code = subprocess.run(cmd).returncode  # its progress and notes go to this run's stderr as they come
             rows, notes = Path(tmp, "results.jsonl"), Path(tmp, "notes.json")
-            results += [json.loads(line) for line in rows.read_text().splitlines()] if rows.exists() else []
+            # one invocation is one run: its rows share the parent's timestamp, not each process's own
+            lines = rows.read_text().splitlines() if rows.exists() else []
+            results += [{**json.loads(line), **ctx.env} for line in lines]
             ctx.notes += json.loads(notes.read_text()) if notes.exists() else []
         if code != 0:
             failed = True
