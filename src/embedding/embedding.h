@@ -26,8 +26,9 @@ struct BwdProblem {
   int64_t padding_idx = -1;
 };
 
-// CUDA backward workspace: keys and positions before and after the sort, and the sort's own temporary storage.
-size_t cuda_workspace_bytes(int64_t n, int64_t vocab);
+// CUDA backward workspace: keys and positions before and after the sort, the sort's own temporary storage, and two
+// fp32 partial-sum rows of `cols` per 64 sorted positions (an eighth of an n x cols bf16 gradient's bytes).
+size_t cuda_workspace_bytes(int64_t n, int64_t vocab, int64_t cols);
 
 void fwd_cpu(const FwdProblem& p);
 void bwd_cpu(const BwdProblem& p);

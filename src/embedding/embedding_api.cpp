@@ -74,7 +74,7 @@ tigon_status_t tigon_embedding_bwd_workspace_size(const tigon_tensor* indices, c
     [[maybe_unused]] const Indices idx = indices_of(indices);
     [[maybe_unused]] const RowMatrix w = floats(weight, "weight");
     *bytes = 0;
-    if (is_cuda(*weight)) TIGON_ON_CUDA(*weight, *bytes = cuda_workspace_bytes(idx.n, w.rows));
+    if (is_cuda(*weight)) TIGON_ON_CUDA(*weight, *bytes = cuda_workspace_bytes(idx.n, w.rows, w.cols));
   });
 }
 
@@ -98,7 +98,9 @@ tigon_status_t tigon_embedding_bwd(const tigon_tensor* indices, const tigon_tens
       TIGON_ON_CUDA(*dweight, {
         if (p.idx.n > std::numeric_limits<int>::max())
           fail_arg("indices", "the CUDA backward sorts at most 2^31 - 1 indices, got ", p.idx.n);
-        check_workspace(workspace, workspace_bytes, cuda_workspace_bytes(p.idx.n, p.dweight.rows),
+        if (p.dweight.rows > std::numeric_limits<int>::max())
+          fail_arg("dweight", "the CUDA backward takes at most 2^31 - 1 rows, got ", p.dweight.rows);
+        check_workspace(workspace, workspace_bytes, cuda_workspace_bytes(p.idx.n, p.dweight.rows, p.dweight.cols),
                         "tigon_embedding_bwd_workspace_size");
         bwd_cuda(p, workspace, stream);
       });

@@ -82,6 +82,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{DType::kBFloat16, DType::kBFloat16, 32000, 512, 4096, false},  // vectors
                       Case{DType::kBFloat16, DType::kFloat32, 1000, 4096, 700, true},     // int32, wide rows
                       Case{DType::kFloat16, DType::kFloat16, 50, 100, 3000, false},       // elements, few indices
+                      Case{DType::kBFloat16, DType::kBFloat16, 100, 264, 9000, false},    // a run over 32+ chunks
                       Case{DType::kFloat32, DType::kFloat32, 7, 33, 20, true},
                       Case{DType::kBFloat16, DType::kFloat32, 300, 64, 0, false}),  // no indices: dW = 0
     [](const ::testing::TestParamInfo<Case>& info) {
