@@ -13,7 +13,9 @@ set(_tigon_cutlass_url
 set(_tigon_cutlass_sha256 f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6)
 
 function(_tigon_cutlass_usable dir out)
-  if(dir AND EXISTS "${dir}/cute/tensor.hpp" AND EXISTS "${dir}/cutlass/cutlass.h")
+  # the convolution also takes CUTLASS's utility headers (tools/util/include beside include/, as in its repository)
+  if(dir AND EXISTS "${dir}/cute/tensor.hpp" AND EXISTS "${dir}/cutlass/cutlass.h"
+     AND EXISTS "${dir}/../tools/util/include/cutlass/util/packed_stride.hpp")
     set(${out} TRUE PARENT_SCOPE)
   else()
     set(${out} FALSE PARENT_SCOPE)
@@ -24,7 +26,7 @@ if(TIGON_CUTLASS_INCLUDE_DIR)
   _tigon_cutlass_usable("${TIGON_CUTLASS_INCLUDE_DIR}" _ok)
   if(NOT _ok)
     message(FATAL_ERROR "TIGON_CUTLASS_INCLUDE_DIR=${TIGON_CUTLASS_INCLUDE_DIR} holds no cute/tensor.hpp and "
-                        "cutlass/cutlass.h")
+                        "cutlass/cutlass.h, or has no ../tools/util/include beside it")
   endif()
   set(_tigon_cutlass_dir "${TIGON_CUTLASS_INCLUDE_DIR}")
   set(_tigon_cutlass_from "TIGON_CUTLASS_INCLUDE_DIR")
@@ -61,7 +63,7 @@ if(NOT _tigon_cutlass_dir)
                           "'pip install nvidia-cutlass==${_tigon_cutlass_version}' or pass -DTIGON_CUTLASS_INCLUDE_DIR.")
     endif()
     file(ARCHIVE_EXTRACT INPUT "${_root}/${_tigon_cutlass_wheel}" DESTINATION "${_root}"
-         PATTERNS "cutlass_library/source/include/*")
+         PATTERNS "cutlass_library/source/include/*" "cutlass_library/source/tools/util/include/*")
     file(REMOVE "${_root}/${_tigon_cutlass_wheel}")
   endif()
   set(_tigon_cutlass_dir "${_dir}")
@@ -70,4 +72,5 @@ endif()
 
 # A plain variable: the cache keeps what the user gave, so a later configure searches again.
 set(TIGON_CUTLASS_INCLUDE_DIR "${_tigon_cutlass_dir}")
+get_filename_component(TIGON_CUTLASS_UTIL_INCLUDE_DIR "${_tigon_cutlass_dir}/../tools/util/include" ABSOLUTE)
 message(STATUS "Tigon: CUTLASS headers from ${_tigon_cutlass_from}: ${TIGON_CUTLASS_INCLUDE_DIR}")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tigon/activation.h"
+#include "tigon/conv2d.h"
 #include "tigon/cross_entropy.h"
 #include "tigon/distill.h"
 #include "tigon/dyt.h"
@@ -459,6 +460,12 @@ inline void linear_act_bwd(const TensorView& dy, const TensorView& x, const Tens
                            size_t workspace_bytes, void* stream = nullptr) {
   check(tigon_linear_act_bwd(dy, x, weight, detail::opt(z), detail::opt(y), detail::opt(dz), detail::opt(dx),
                              detail::opt(dw), detail::opt(db), params, workspace, workspace_bytes, stream));
+}
+
+inline void conv2d_fwd(const TensorView& x, const TensorView& weight, const TensorView* bias,
+                       const TensorView* residual, const TensorView& y, tigon_conv2d_params params,
+                       void* stream = nullptr) {
+  check(tigon_conv2d_fwd(x, weight, detail::opt(bias), detail::opt(residual), y, params, stream));
 }
 
 }  // namespace tigon

@@ -67,6 +67,16 @@ TEST(CppLayer, Embedding) {
   expect_error_naming([&] { tigon::embedding_bwd(iv, yv, dwv, {3}, nullptr, 0); }, "params.padding_idx");
 }
 
+TEST(CppLayer, Conv2d) {
+  // 1 sample, 1 channel, 2 x 2 input; a 1 x 1 filter of 2, bias -3, ReLU: relu(2 * x - 3); channels-last = row-major
+  std::vector<float> x{1.f, 2.f, 3.f, 4.f}, w{2.f}, b{-3.f}, y(4);
+  TensorView xv(x.data(), {1, 1, 2, 2}, dt::float32), wv(w.data(), {1, 1, 1, 1}, dt::float32),
+      bv(b.data(), {1}, dt::float32), yv(y.data(), {1, 1, 2, 2}, dt::float32);
+  tigon::conv2d_fwd(xv, wv, &bv, nullptr, yv, {1, 1, 0, 0, 1, 1, TIGON_ACT_RELU});
+  EXPECT_EQ(y, (std::vector<float>{0.f, 1.f, 3.f, 5.f}));
+  expect_error_naming([&] { tigon::conv2d_fwd(xv, wv, &bv, nullptr, yv, {0, 1, 0, 0, 1, 1, 0}); }, "params.stride_h");
+}
+
 TEST(CppLayer, GroupNorm) {
   // 1 sample, 4 channels in 2 groups, 2 positions each
   std::vector<float> x{0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f}, w(4, 2.f), b(4, 1.f), y(8), mean(2), rstd(2), dx(8),

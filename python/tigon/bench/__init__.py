@@ -24,6 +24,7 @@ _RUNNERS = {
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
     "linear_act": ("linear_act", "run"),
+    "conv2d_relu": ("conv2d", "run"),
     "cross_entropy": ("cross_entropy", "run"),
     "distill": ("distill", "run"),
     "fused_linear_cross_entropy": ("fused_linear_cross_entropy", "run"),

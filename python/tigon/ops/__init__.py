@@ -2,6 +2,7 @@
 
 from tigon.ops.activation import gelu, relu, silu
 from tigon.ops.attention import flash_attention
+from tigon.ops.conv2d import conv2d
 from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.decode_attention import decode_attention
 from tigon.ops.distill import distill, jsd, kl_div, tvd
@@ -22,6 +23,7 @@ from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
 __all__ = [
     "add_rms_norm",
+    "conv2d",
     "cross_entropy",
     "decode_attention",
     "distill",

@@ -1,0 +1,30 @@
+// 2-D convolution inside the library: the validated problem both implementations take.
+#pragma once
+
+#include <cstdint>
+
+#include "common/tensor.h"
+#include "tigon/conv2d.h"
+
+namespace tigon::conv2d {
+
+// Channels-last, dense: x[n, h, w, c] at ((n * H + h) * W + w) * C + c; weight[k, r, s, c], y and residual[n, p, q, k]
+// the same way.
+struct Problem {
+  DType dtype = DType::kFloat32;
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input
+  int64_t k = 0, r = 0, s = 0;         // output channels, filter rows and columns
+  int64_t p = 0, q = 0;                // output rows and columns
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  bool relu = false;
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;      // [K] or nullptr
+  const void* residual = nullptr;  // like y, or nullptr
+  void* y = nullptr;
+};
+
+void fwd_cpu(const Problem& p);
+void fwd_cuda(const Problem& p, int device, void* stream);
+
+}  // namespace tigon::conv2d

@@ -1,0 +1,89 @@
+// Convolution on the GPU against the CPU reference through the same C API: bf16 and fp16, with and without bias,
+// residual and ReLU, strides, padding and dilation, a 1x1 and a 7x7 filter; and the refusal of channels that are not
+// a multiple of 8. Skipped without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "cuda_test_util.h"
+#include "test_util.h"
+#include "tigon/conv2d.h"
+
+using namespace tigon_test;
+
+namespace {
+
+tigon::TensorView nhwc(void* ptr, DType dt, tigon_device dev, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return tigon::TensorView(ptr, {n, c, h, w}, to_dl(dt), dev, {h * w * c, 1, w * c, c});
+}
+
+// dtype, N, C, H, W, K, R, S, stride, pad, dilation, fused (bias + residual + ReLU)
+using Case = std::tuple<DType, int, int, int, int, int, int, int, int, int, int, bool>;
+
+class Conv2dCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Conv2dCuda, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const auto [dt, n, c, h, w, k, r, s, stride, pad, dil, fused] = GetParam();
+  const int p = (h + 2 * pad - dil * (r - 1) - 1) / stride + 1, q = (w + 2 * pad - dil * (s - 1) - 1) / stride + 1;
+  std::mt19937 rng(unsigned(n + c + h + k + r));
+  HostMat x(dt, int64_t(n) * h * w, c), wt(dt, int64_t(k) * r * s, c), bias(dt, 1, k), res(dt, int64_t(n) * p * q, k);
+  HostMat y(dt, int64_t(n) * p * q, k);
+  x.fill_random(rng);
+  wt.fill_random(rng, 1.0 / std::sqrt(double(c * r * s)));
+  bias.fill_random(rng);
+  res.fill_random(rng);
+  y.poison();
+  HostMat ry = y;
+  const tigon_conv2d_params prm{stride, stride, pad, pad, dil, dil, fused ? TIGON_ACT_RELU : TIGON_ACT_NONE};
+  const auto cpu = tigon::cpu();
+  const tigon::TensorView hb(bias.data(), {k}, to_dl(dt));
+  ASSERT_EQ(tigon_conv2d_fwd(nhwc(x.data(), dt, cpu, n, c, h, w), nhwc(wt.data(), dt, cpu, k, c, r, s),
+                             fused ? hb.get() : nullptr, fused ? nhwc(res.data(), dt, cpu, n, k, p, q).get() : nullptr,
+                             nhwc(ry.data(), dt, cpu, n, k, p, q), prm, nullptr),
+            TIGON_SUCCESS)
+      << tigon_last_error();
+  DevMat gx(x), gw(wt), gb(bias), gres(res), gy(y);
+  const auto gpu = tigon::cuda(0);
+  const tigon::TensorView db(gb.ptr, {k}, to_dl(dt), gpu);
+  ASSERT_EQ(tigon_conv2d_fwd(nhwc(gx.ptr, dt, gpu, n, c, h, w), nhwc(gw.ptr, dt, gpu, k, c, r, s),
+                             fused ? db.get() : nullptr, fused ? nhwc(gres.ptr, dt, gpu, n, k, p, q).get() : nullptr,
+                             nhwc(gy.ptr, dt, gpu, n, k, p, q), prm, nullptr),
+            TIGON_SUCCESS)
+      << tigon_last_error();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // fp32 accumulation against the reference's fp64, one rounding each: the outputs differ by about one rounding
+  EXPECT_LE(worst_ratio(gy.fetch(), ry, 2 * rtol_of(dt), 2 * rtol_of(dt)), 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Conv2dCuda,
+    ::testing::Values(Case{DType::kBFloat16, 2, 64, 14, 14, 64, 3, 3, 1, 1, 1, true},   // ResNet 3x3
+                      Case{DType::kBFloat16, 3, 32, 9, 11, 128, 1, 1, 1, 0, 1, false},  // 1x1, odd sizes
+                      Case{DType::kFloat16, 2, 16, 23, 17, 64, 7, 7, 2, 3, 1, true},    // strided 7x7
+                      Case{DType::kFloat16, 1, 24, 13, 13, 8, 3, 3, 1, 2, 2, true}),    // dilated
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const Case& t = info.param;
+      return std::string(short_name(std::get<0>(t))) + "_c" + std::to_string(std::get<2>(t)) + "_k" +
+             std::to_string(std::get<5>(t)) + "_r" + std::to_string(std::get<6>(t)) + "_s" +
+             std::to_string(std::get<8>(t)) + "_d" + std::to_string(std::get<10>(t)) +
+             (std::get<11>(t) ? "_fused" : "");
+    });
+
+TEST(Conv2dCudaApi, RefusesChannelsNotAMultipleOf8) {
+  SKIP_WITHOUT_GPU();
+  HostMat x(DType::kBFloat16, 4 * 4, 12), wt(DType::kBFloat16, 8 * 9, 12), y(DType::kBFloat16, 2 * 2, 8);
+  DevMat gx(x), gw(wt), gy(y);
+  const auto gpu = tigon::cuda(0);
+  EXPECT_EQ(tigon_conv2d_fwd(nhwc(gx.ptr, DType::kBFloat16, gpu, 1, 12, 4, 4),
+                             nhwc(gw.ptr, DType::kBFloat16, gpu, 8, 12, 3, 3), nullptr, nullptr,
+                             nhwc(gy.ptr, DType::kBFloat16, gpu, 1, 8, 2, 2), {1, 1, 0, 0, 1, 1, 0}, nullptr),
+            TIGON_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tigon_last_error()).find("argument 'x'"), std::string::npos) << tigon_last_error();
+}
+
+}  // namespace
