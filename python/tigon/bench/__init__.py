@@ -4,7 +4,8 @@ Adding an op = one module with ``run(args, ctx) -> list[dict]`` (see rms_norm.py
 The whole-model training steps (Hugging Face models, minutes on a GPU) run only when asked for: --ops train_step, and
 on 2+ GPUs train_step_fsdp2 / train_step_ddp; the post-training losses (DPO, GRPO) with --ops post_training, fused
 linear JSD with --ops post_training_distill; generation speed (tigon.optimize_model against transformers' generate)
-with --ops decode; encoder inference (BERT-base forward) with --ops encoder.
+with --ops decode; encoder inference (BERT-base forward) with --ops encoder; CNN inference (ResNet-50) with --ops
+resnet50.
 ``python -m tigon.bench.report --markdown`` prints the results table.
 """
 
@@ -40,11 +41,12 @@ _RUNNERS = {
     "train_step_ddp": ("train_step_distributed", "run_ddp"),
     "decode": ("decode", "run"),
     "encoder": ("encoder", "run"),
+    "resnet50": ("resnet", "run"),
 }
 # Run only when asked for: the whole-model training steps, generation and encoder inference, and the post-training losses (composites
 # of fused_linear_cross_entropy, which the default list already measures).
 _ON_REQUEST = ("train_step", "post_training")
-DEFAULT_OPS = [op for op in _RUNNERS if not op.startswith(_ON_REQUEST) and op not in ("decode", "encoder")]
+DEFAULT_OPS = [op for op in _RUNNERS if not op.startswith(_ON_REQUEST) and op not in ("decode", "encoder", "resnet50")]
 
 
 def __getattr__(name):

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 import tigon
-from tigon.bench import BENCHMARKS, DEFAULT_OPS, decode, encoder, records, sweep, train_step
+from tigon.bench import BENCHMARKS, DEFAULT_OPS, decode, encoder, records, resnet, sweep, train_step
 from tigon.bench.report import Context, draw_charts, environment, grouped_notes, print_table, progress, write_jsonl
 from tigon.bench.timing import measure_copy_bandwidth
 
@@ -42,7 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=list(DEFAULT_OPS),
         help=f"comma-separated ops (default: {','.join(DEFAULT_OPS)}; also: train_step, whole-model "
         f"training steps on a GPU, slow; train_step_fsdp2, train_step_ddp on 2+ GPUs; post_training, DPO and GRPO "
-        f"losses from hidden states; decode, generation speed; encoder, BERT-base inference)",
+        f"losses from hidden states; decode, generation speed; encoder, BERT-base inference; resnet50, CNN inference)",
     )
     p.add_argument("--impls", type=_names, default=None, help="only these implementations, e.g. tigon,torch_eager")
     p.add_argument("--shapes", type=_shapes, default=None, help="override each op's shapes, e.g. 16384x4096,4096x4096")
@@ -148,6 +148,7 @@ def main(argv=None) -> int:
     train_step.print_table(results)
     decode.print_table(results)
     encoder.print_table(results)
+    resnet.print_table(results)
     if not op_rows:
         for n in grouped_notes(ctx.notes):
             print(f"note: {n}")

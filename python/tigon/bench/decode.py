@@ -216,9 +216,10 @@ def run(args, ctx) -> list[dict]:
     return results
 
 
-def print_rows(rows: list[dict], what: str, cols: list[tuple[str, int]], key, cells) -> None:
+def print_rows(rows: list[dict], what: str, cols: list[tuple[str, int]], key, cells, base: str = "hf") -> None:
     """A whole-model benchmark's table: a title (device, model, dtype, what was run, versions), then per row key(r)
-    and the implementation, then cells(r, hf) (hf: the same shape's hf row, or None) or the row's error."""
+    and the implementation, then cells(r, hf) (hf: the same shape's row of the `base` implementation, or None) or the
+    row's error."""
     r0 = rows[0]
     print(
         f"\n{r0['op']}: {r0['gpu']} | {r0['model']} {r0['dtype']} | {what} | torch {r0['torch']} | "
@@ -230,7 +231,7 @@ def print_rows(rows: list[dict], what: str, cols: list[tuple[str, int]], key, ce
         if r.get("error"):
             print("  ".join(head + [f"FAILED: {r['error']}"[:100]]))
             continue
-        hf = next((h for h in rows if h["shape"] == r["shape"] and h["impl"] == "hf" and not h.get("error")), None)
+        hf = next((h for h in rows if h["shape"] == r["shape"] and h["impl"] == base and not h.get("error")), None)
         print("  ".join(head + [c.rjust(w) for c, (_, w) in zip(cells(r, hf), cols[2:])]))
 
 

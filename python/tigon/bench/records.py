@@ -16,7 +16,12 @@ from pathlib import Path
 ENV_KEYS = ("git_sha", "timestamp", "gpu", "torch", "triton", "transformers", "liger", "tigon")
 ROW_KEYS = ("op", "shape", "dtype", "impl")
 IMPLS = ("tigon", "torch_eager", "torch_compile", "liger")
-WHOLE_MODEL = ("train_step", "decode", "encoder")  # whole-model benchmarks: tables of their own, not the op table
+WHOLE_MODEL = (
+    "train_step",
+    "decode",
+    "encoder",
+    "resnet50",
+)  # whole-model benchmarks: tables of their own, not the op table
 
 
 def normalize(record: dict) -> dict:

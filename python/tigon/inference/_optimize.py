@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from tigon.inference._cnn import optimize_cnn
 from tigon.inference._encoder import ENCODER_MODEL_TYPES, optimize_encoder
 from tigon.inference._engine import Engine
 from tigon.inference._forward import make_forward
@@ -56,7 +57,12 @@ def optimize_model(
 
     A BERT, RoBERTa or DistilBERT model (any head) runs its encoder layers on Tigon's ops instead, one CUDA graph per
     (batch, sequence length) bucket on a GPU; max_seq_len caps the sequence buckets (default and at most
-    max_position_embeddings); max_batch_size and check_every do not apply."""
+    max_position_embeddings); max_batch_size and check_every do not apply.
+
+    A model without a config that has Conv2d layers (a CNN: torchvision's ResNets, or any Sequential of Conv2d,
+    BatchNorm2d, ReLU) is put in eval mode and runs each Conv2d with the BatchNorm2d and ReLU after it as one
+    tigon.nn.Conv2d (batch norm folded, ReLU in the epilogue), a ResNet block's shortcut add in its last convolution's
+    epilogue; only dtype applies."""
     if not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise ValueError(f"optimize_model: max_batch_size must be a positive int, got {max_batch_size!r}")
     if not isinstance(check_every, int) or check_every < 1:
@@ -65,6 +71,8 @@ def optimize_model(
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) in ENCODER_MODEL_TYPES:
         return _optimize_encoder(model, max_seq_len, dtype)
+    if config is None and any(type(m) is torch.nn.Conv2d for m in model.modules()):
+        return optimize_cnn(model, dtype)
     if max_seq_len is None:
         max_seq_len = min(getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
     spec = read_spec(model, max_seq_len) if config is not None else f"{type(model).__name__} has no config"

@@ -1,6 +1,7 @@
 """Drop-in torch.nn modules backed by Tigon's ops."""
 
 from tigon.nn.activation import GELU, ReLU, SiLU
+from tigon.nn.conv2d import Conv2d
 from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.distill import JSD, KLDivLoss, TVDLoss
 from tigon.nn.dyt import DyT
@@ -18,6 +19,7 @@ from tigon.nn.swiglu import FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.nn.tiled_mlp import TiledGEGLUMLP, TiledMLP, TiledSwiGLUMLP, tiled_mlp
 
 __all__ = [
+    "Conv2d",
     "CrossEntropyLoss",
     "DyT",
     "Embedding",
