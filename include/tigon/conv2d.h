@@ -9,7 +9,7 @@
  *
  * CUDA (sm_90): an implicit GEMM (CUTLASS 3: TMA im2col loads, warp-specialized wgmma, fp32 accumulation) with the
  * bias, residual and ReLU applied to the fp32 accumulator before the one rounding to the output dtype. It needs C and
- * K multiples of 8 (16-byte rows), padding <= 256 and filter taps (R - 1) * dil_h, (S - 1) * dil_w < 255; other
+ * K multiples of 8 (16-byte rows), padding <= 128 and filter taps (R - 1) * dil_h, (S - 1) * dil_w < 255; other
  * problems are refused with an error naming the argument. CPU: a float64-accumulating reference. No workspace, no
  * host synchronisation: capturable in a CUDA graph. Forward only (inference).
  */

@@ -90,7 +90,7 @@ void run(const Problem& p, int device, cudaStream_t stream) {
 
   typename C::Conv op;
   if (op.can_implement(args) != cutlass::Status::kSuccess)
-    fail_arg("x", "this convolution is outside what the sm_90 kernel takes (C and K multiples of 8, padding <= 256, ",
+    fail_arg("x", "this convolution is outside what the sm_90 kernel takes (C and K multiples of 8, padding <= 128, ",
              "dilated filter span < 255): N ", p.n, ", C ", p.c, ", H ", p.h, ", W ", p.w, ", K ", p.k, ", R ", p.r,
              ", S ", p.s);
   if (C::Conv::get_workspace_size(args) != 0)

@@ -95,3 +95,15 @@ def test_module_runs_the_kernel_on_cuda():
         want = torch.relu(nn.functional.conv2d(x.double(), m.weight.double(), m.bias.double(), padding=1))
     assert y.is_contiguous(memory_format=torch.channels_last)
     assert_close(y, want, name="y")
+
+
+@needs_cuda
+def test_module_at_the_edge_of_the_kernels_geometry_matches_torch():
+    m = (
+        tigon.nn.Conv2d(8, 8, 3, padding=120, dilation=60).cuda().to(torch.bfloat16)
+    )  # the kernel, or torch where it refuses
+    x = torch.randn(1, 8, 6, 6, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        y = m(x)
+        want = nn.functional.conv2d(x.double(), m.weight.double(), m.bias.double(), padding=120, dilation=60)
+    assert_close(y, want, name="y")
