@@ -5,7 +5,8 @@ kernels for, in one model or in every model built or loaded while switched on.
 
 - ``nn.Linear`` followed by ``nn.ReLU`` / ``nn.GELU`` / ``nn.SiLU`` inside an ``nn.Sequential`` becomes one
   ``tigon.nn.Linear(activation=...)`` (the activation's slot becomes ``nn.Identity``, so indices and the state dict
-  stay as they were);
+  stay as they were); ``nn.Conv2d`` followed by ``nn.ReLU`` likewise becomes ``tigon.nn.Conv2d(activation="relu")``
+  (the fused kernel where no gradient is wanted; folding batch norms is ``optimize_model``'s, for inference);
 - ``nn.LayerNorm`` over one dimension becomes ``tigon.switch.LayerNorm``, ``nn.RMSNorm`` becomes
   ``tigon.switch.RMSNorm``, ``nn.GroupNorm`` becomes ``tigon.nn.GroupNorm``, ``nn.Softmax`` becomes
   ``tigon.nn.Softmax``, ``nn.ReLU(inplace=True)`` becomes ``tigon.nn.ReLU(inplace=True)``.
@@ -42,6 +43,7 @@ import torch
 from torch import nn
 
 from tigon.nn.activation import ReLU
+from tigon.nn.conv2d import Conv2d
 from tigon.nn.group_norm import GroupNorm
 from tigon.nn.linear_act import Linear
 from tigon.nn.softmax import Softmax
@@ -115,6 +117,9 @@ def _fuse_sequential(seq: nn.Sequential) -> None:
         name = _activation_of(act) if act is not None else None
         if type(lin) is nn.Linear and name is not None:
             seq._modules[first] = _retyped(lin, Linear, activation=name)
+            seq._modules[second] = nn.Identity()
+        elif type(lin) is nn.Conv2d and name == "relu":  # the ReLU in the convolution's epilogue (where it runs)
+            seq._modules[first] = _retyped(lin, Conv2d, activation="relu")
             seq._modules[second] = nn.Identity()
 
 

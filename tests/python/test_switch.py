@@ -161,6 +161,27 @@ def test_a_linear_shared_outside_its_sequential_keeps_its_forward():
     assert model[0].weight is lin.weight
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv_relu_pairs_fuse_and_still_train(device):
+    torch.manual_seed(3)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 8, 1)).to(device, dtype)
+    x = torch.randn(2, 16, 7, 7, device=device, dtype=dtype)
+    with torch.no_grad():
+        want = model.double()(x.double())
+    model.to(dtype)
+    weight = model[0].weight
+    tigon.swap_modules(model)
+    assert type(model[0]) is tigon.nn.Conv2d and model[0].activation == "relu" and type(model[1]) is nn.Identity
+    assert type(model[2]) is nn.Conv2d and model[0].weight is weight  # no ReLU after it: left as it was
+    with torch.no_grad():
+        assert_close(model(x), want, dtype=dtype, name="fused (kernel)")
+    y = model(x)  # gradients wanted: torch's convolution and ReLU, and the parameters get them
+    y.float().sum().backward()
+    assert weight.grad is not None
+    assert_close(y.detach(), want, dtype=dtype, name="fused (torch path)")
+
+
 def test_transformer_layers_and_pickled_models_loaded_while_enabled():
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
     buf = io.BytesIO()
