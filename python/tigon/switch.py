@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from tigon.nn.activation import ReLU
-from tigon.nn.conv2d import Conv2d
+from tigon.nn.conv2d import Conv2d, to_channels_last
 from tigon.nn.group_norm import GroupNorm
 from tigon.nn.linear_act import Linear
 from tigon.nn.softmax import Softmax
@@ -119,6 +119,7 @@ def _fuse_sequential(seq: nn.Sequential) -> None:
             seq._modules[first] = _retyped(lin, Linear, activation=name)
             seq._modules[second] = nn.Identity()
         elif type(lin) is nn.Conv2d and name == "relu":  # the ReLU in the convolution's epilogue (where it runs)
+            to_channels_last(lin)
             seq._modules[first] = _retyped(lin, Conv2d, activation="relu")
             seq._modules[second] = nn.Identity()
 

@@ -13,7 +13,7 @@ namespace {
 // A 4-D [d0, d1, d2, d3] tensor (torch's [N, C, H, W] order) with dense channels-last strides; returns its data.
 const void* channels_last(const tigon_tensor& t, const char* arg) {
   if (t.ndim != 4) fail_arg(arg, "must be 4-D [N, C, H, W], got shape ", shape_string(t));
-  const int64_t n = t.shape[0], c = t.shape[1], h = t.shape[2], w = t.shape[3];
+  const int64_t c = t.shape[1], h = t.shape[2], w = t.shape[3];
   for (int i = 0; i < 4; ++i)
     if (t.shape[i] <= 0) fail_arg(arg, "must have no empty dimension, got shape ", shape_string(t));
   if (t.strides) {
@@ -25,7 +25,6 @@ const void* channels_last(const tigon_tensor& t, const char* arg) {
   } else if (c > 1 && h * w > 1) {
     fail_arg(arg, "must be dense channels-last, got row-major (NCHW) strides for shape ", shape_string(t));
   }
-  (void)n;
   return static_cast<const char*>(t.data) + t.byte_offset;
 }
 

@@ -13,6 +13,13 @@ from tigon.ops.conv2d import conv2d
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def to_channels_last(conv: nn.Conv2d) -> None:
+    """Stores conv's weight channels-last (the same Parameter, values unchanged), the layout the kernel reads: else
+    every call would copy it."""
+    with torch.no_grad():
+        conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last)
+
+
 class Conv2d(nn.Conv2d):
     """Drop-in for torch.nn.Conv2d (a subclass: same parameters, initialisation and state dict) that applies
     ``activation`` (None or "relu") in the same kernel, after adding ``forward(x, residual)``'s residual:
@@ -25,6 +32,7 @@ class Conv2d(nn.Conv2d):
             raise ValueError(f"Conv2d: argument 'activation' must be None or 'relu', got {activation!r}")
         super().__init__(*args, **kwargs)
         self.activation = activation
+        to_channels_last(self)
 
     @classmethod
     def fold(cls, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, activation: str | None = None) -> Conv2d:
@@ -58,7 +66,6 @@ class Conv2d(nn.Conv2d):
             out.weight.copy_(w)
             if out.bias is not None:
                 out.bias.copy_(b)
-        out.weight.data = out.weight.data.contiguous(memory_format=torch.channels_last)
         return out.train(conv.training)
 
     def extra_repr(self) -> str:
