@@ -76,6 +76,25 @@ def test_table_comes_from_the_newest_full_run_with_ratios_of_that_run(tmp_path):
     assert "1.50×" in ce
 
 
+def test_a_benchmark_split_across_calls_of_one_commit_is_one_table_and_parts_split_it():
+    first = _full_run("abc", "2026-01-01T00:00:00", 2.0)
+    second = [
+        _row("gemv", "tigon", (1, 64), "abc", "2026-01-01T00:05:00", dev=None, full_dev_ms=None, full_ms=None),
+        _row("linear_act_relu", "tigon", (8, 8, 8), "abc", "2026-01-01T00:05:00", dev=1.0),
+        _row("linear_act_gelu", "tigon", (8, 8, 8), "abc", "2026-01-01T00:05:00", dev=1.0),
+    ]
+    second[0]["fwd_dev_ms"] = second[0]["fwd_ms"] = 0.01
+    again = _full_run("abc", "2026-01-01T00:09:00", 3.0)  # the same ops again: a run of its own, not joined
+    table = records.ops_markdown(first + again)
+    assert "3.00×" in table and "2.00× |" not in table.split("| cross")[0].split("| rms_norm")[1]
+    table = records.ops_markdown(first + second)
+    assert "| gemv |" in table and "| rms_norm |" in table
+    training = records.ops_markdown(first + second, brief=True, part="training")
+    assert "| gemv |" not in training and "linear_act_relu" in training and "linear_act_gelu" not in training
+    inference = records.ops_markdown(first + second, part="inference")
+    assert "| gemv |" in inference and "| rms_norm |" not in inference and "device ms" in inference
+
+
 def test_cli_prints_markdown_and_names_a_missing_file(tmp_path, capsys):
     path = tmp_path / "r.jsonl"
     records.append(_full_run("abc", "2026-01-01T00:00:00", 2.0), path)

@@ -16,6 +16,7 @@ from pathlib import Path
 ENV_KEYS = ("git_sha", "timestamp", "gpu", "torch", "triton", "transformers", "liger", "tigon")
 ROW_KEYS = ("op", "shape", "dtype", "impl")
 IMPLS = ("tigon", "torch_eager", "torch_compile", "liger")
+VARIANT_FAMILIES = ("linear_act", "distill")  # ops benchmarked per variant: one row each in a brief table
 WHOLE_MODEL = (
     "train_step",
     "decode",
@@ -61,6 +62,19 @@ def whole_model(op: str) -> str | None:
     return op if op in WHOLE_MODEL else None
 
 
+def _join_split_runs(picked: list[list[dict]]) -> list[list[dict]]:
+    """Consecutive runs of one commit that measured disjoint (op, implementation) pairs are one benchmark split across
+    machine calls (the quick benchmark outgrew one): joined, so its table is whole."""
+    out: list[list[dict]] = []
+    for run in picked:
+        if out and out[-1][0]["git_sha"] == run[0]["git_sha"]:
+            if not {(r["op"], r["impl"]) for r in out[-1]} & {(r["op"], r["impl"]) for r in run}:
+                out[-1] = out[-1] + run
+                continue
+        out.append(run)
+    return out
+
+
 def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
     """The newest of the runs that measured the most (op, implementation) pairs (a full op table with its baselines,
     not a run of one op's extra shapes or of Tigon alone); with train_steps, the newest run of each whole-model step
@@ -68,6 +82,8 @@ def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
     kind = "train_step" if train_steps else None
     picked = [[r for r in run if whole_model(r["op"]) == kind] for run in runs(rows).values()]
     picked = [run for run in picked if run]
+    if not train_steps:
+        picked = _join_split_runs(picked)
     if train_steps:
         newest = {run[0]["op"]: run for run in picked}  # later runs replace earlier ones
         return [r for run in newest.values() for r in run]
@@ -100,13 +116,26 @@ def _caption(r: dict, what: str) -> str:
     return f"{what}: {r['gpu']}, {r['dtype']}, git {r['git_sha']}, {r['timestamp'][:10]} ({versions})."
 
 
-def ops_markdown(rows: list[dict], brief: bool = False) -> str:
+def _family(op: str) -> str:
+    """linear_act_relu -> linear_act: the variants of one op the benchmark lists as ops of their own."""
+    return next((f for f in VARIANT_FAMILIES if op.startswith(f + "_")), op)
+
+
+def _inference(r: dict) -> bool:
+    return r.get("full_ms") is None and r.get("full_dev_ms") is None
+
+
+def ops_markdown(rows: list[dict], brief: bool = False, part: str | None = None) -> str:
     """The op table: tigon's device ms per op and shape, and each baseline's time over tigon's (same run); brief keeps
-    each op's first shape (the README's)."""
+    each op family's first shape and variant, part ("training" / "inference") the ops with / without a backward (the
+    README shows the brief training table, docs/inference.md the inference one)."""
     run = newest_run(rows)
+    if part is not None:
+        no_bwd = {r["op"] for r in run if r["impl"] == "tigon" and _inference(r)}
+        run = [r for r in run if (r["op"] in no_bwd) == (part == "inference")]
     if brief:
-        first = {r["op"]: tuple(r["shape"]) for r in reversed(run)}
-        run = [r for r in run if tuple(r["shape"]) == first[r["op"]]]
+        first = {_family(r["op"]): (r["op"], tuple(r["shape"])) for r in reversed(run)}
+        run = [r for r in run if (r["op"], tuple(r["shape"])) == first[_family(r["op"])]]
     if not run:
         return "(no op rows in the results file)"
     by = {(r["op"], tuple(r["shape"]), r["impl"]): r for r in run}
@@ -125,14 +154,16 @@ def ops_markdown(rows: list[dict], brief: bool = False) -> str:
         out.append("| " + " | ".join(cells) + " |")
     timed = (
         "steady-state device ms (CUDA graph of back-to-back calls on fresh inputs)"
-        if any(r.get("full_dev_ms") is not None for r in run)
+        if any(r.get("full_dev_ms") is not None or r.get("fwd_dev_ms") is not None for r in run)
         else "eager ms per call (no GPU: no device time)"
     )
-    inference = any(r.get("full_ms") is None and r.get("full_dev_ms") is None for r in run)
+    inference = any(_inference(r) for r in run)
     out += [
         "",
         textwrap.fill(
-            f"{_caption(run[0], 'Measured')} Times are {timed}; full = forward + backward. vs X = "
+            f"{_caption(run[0], 'Measured')} Times are {timed}"
+            + ("" if part == "inference" else "; full = forward + backward")
+            + ". vs X = "
             "X's full time / tigon's (above 1: tigon is faster). \\* not graph-capturable: eager "
             "calls compared." + (" Inference ops (full -) are compared by their forward." if inference else ""),
             width=118,

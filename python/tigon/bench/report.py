@@ -356,7 +356,7 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    """python -m tigon.bench.report --markdown [--brief | --train-step] [--file bench/results/h200.jsonl]"""
+    """python -m tigon.bench.report --markdown [--brief] [--training | --inference | --train-step] [--file F]"""
     import argparse
 
     from tigon.bench import records
@@ -365,6 +365,9 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", action="store_true", help="print the newest run's table as markdown (the README's)")
     p.add_argument("--train-step", action="store_true", help="the whole-model train step table instead of the ops'")
     p.add_argument("--brief", action="store_true", help="one shape per op, the first the benchmark lists")
+    part = p.add_mutually_exclusive_group()
+    part.add_argument("--training", action="store_true", help="only the ops with a backward (the README's table)")
+    part.add_argument("--inference", action="store_true", help="only the inference ops (forward only)")
     p.add_argument("--file", type=Path, default=Path("bench/results/h200.jsonl"))
     args = p.parse_args(argv)
     if not args.markdown:
@@ -372,7 +375,8 @@ def main(argv=None) -> int:
     if not args.file.is_file():
         p.error(f"--file {args.file}: no such file (run from the repository root, or name the file)")
     rows = records.read(args.file)
-    print(records.train_step_markdown(rows) if args.train_step else records.ops_markdown(rows, args.brief))
+    part = "training" if args.training else "inference" if args.inference else None
+    print(records.train_step_markdown(rows) if args.train_step else records.ops_markdown(rows, args.brief, part))
     return 0
 
 
