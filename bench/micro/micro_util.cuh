@@ -41,3 +41,13 @@ float time_us(Launch launch, int reps = 15) {
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2] * 1000.f;
 }
+
+// n device values of a type that converts to float, as floats on the host.
+template <class T>
+std::vector<float> read_floats(const T* p, size_t n) {
+  std::vector<T> h(n);
+  CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = float(h[i]);
+  return f;
+}

@@ -1,5 +1,5 @@
-// DyT CUDA path. Forward: one elementwise pass (row_launch shapes; gamma and beta read once per thread). Backward:
-// one pass writing dx and, per block, fp32 partial column sums of dy * t (dgamma), dy (dbeta) and
+// DyT CUDA path. Forward: one elementwise pass (row_launch shapes, 8+ rows per thread; gamma and beta read once per
+// thread). Backward: one pass writing dx and, per block, fp32 partial column sums of dy * t (dgamma), dy (dbeta) and
 // dy * gamma * x * (1 - t^2) (dalpha, per column); then common/column_sum adds the partial rows in a fixed order, and
 // adds dalpha's per-column sums into its one value the same way (the same bits on every run).
 #include <cuda_runtime.h>
@@ -33,24 +33,48 @@ __device__ __forceinline__ float param(const void* p, int64_t c) {
   return cuda::to_f<P>(static_cast<const P*>(p)[c]);
 }
 
-template <class T, class P, int V>
+// Each thread keeps its columns' gamma and beta in registers across the rows it walks (kFwdRows at a time, their
+// loads in flight together): read once per row, the parameters were the kernel's busiest traffic (fp32 gamma and beta
+// are 4x the bytes of a bf16 x vector), so a block walks many rows rather than one.
+constexpr int kFwdRows = 4;
+
+template <class P, int V, bool VecParams>
+__device__ __forceinline__ void load_params(const void* p, int64_t col, float (&out)[V]) {
+  if (!p) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = 0.f;
+  } else if constexpr (VecParams) {
+    cuda::load_vec<P, V>(static_cast<const P*>(p) + col, out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = param<P>(p, col + j);
+  }
+}
+
+template <class T, class P, int V, bool VecParams>
 __global__ void dyt_fwd_kernel(const Args a) {
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (col >= a.cols) return;
   const float alpha = *a.alpha;
   float g[V], b[V];
+  load_params<P, V, VecParams>(a.gamma, col, g);
+  load_params<P, V, VecParams>(a.beta, col, b);
+  const int64_t step = int64_t(gridDim.y) * blockDim.y;
+  for (int64_t row0 = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row0 < a.rows; row0 += kFwdRows * step) {
+    float x[kFwdRows][V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    g[j] = param<P>(a.gamma, col + j);
-    b[j] = a.beta ? param<P>(a.beta, col + j) : 0.f;
-  }
-  for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < a.rows;
-       row += int64_t(gridDim.y) * blockDim.y) {
-    float x[V], y[V];
-    load_vec<T, V>(static_cast<const T*>(a.x) + row * a.x_stride + col, x);
+    for (int r = 0; r < kFwdRows; ++r) {
+      const int64_t row = row0 + r * step;
+      if (row < a.rows) load_vec<T, V>(static_cast<const T*>(a.x) + row * a.x_stride + col, x[r]);
+    }
 #pragma unroll
-    for (int j = 0; j < V; ++j) y[j] = fmaf(g[j], tanhf(alpha * x[j]), b[j]);
-    store_vec<T, V>(static_cast<T*>(a.y) + row * a.y_stride + col, y);
+    for (int r = 0; r < kFwdRows; ++r) {
+      const int64_t row = row0 + r * step;
+      if (row >= a.rows) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j) x[r][j] = fmaf(g[j], tanhf(alpha * x[r][j]), b[j]);
+      store_vec<T, V>(static_cast<T*>(a.y) + row * a.y_stride + col, x[r]);
+    }
   }
 }
 
@@ -107,11 +131,13 @@ __global__ void dyt_bwd_kernel(const Args a) {
 }
 
 template <class T, class P>
-void fwd_typed(const Args& a, const cuda::RowLaunch& l, cudaStream_t s) {
-  if (l.vec)
-    dyt_fwd_kernel<T, P, 16 / sizeof(T)><<<l.grid, l.block, 0, s>>>(a);
+void fwd_typed(const Args& a, const cuda::RowLaunch& l, bool vec_params, cudaStream_t s) {
+  if (l.vec && vec_params)
+    dyt_fwd_kernel<T, P, 16 / sizeof(T), true><<<l.grid, l.block, 0, s>>>(a);
+  else if (l.vec)
+    dyt_fwd_kernel<T, P, 16 / sizeof(T), false><<<l.grid, l.block, 0, s>>>(a);
   else
-    dyt_fwd_kernel<T, P, 1><<<l.grid, l.block, 0, s>>>(a);
+    dyt_fwd_kernel<T, P, 1, false><<<l.grid, l.block, 0, s>>>(a);
 }
 
 template <class T, class P, bool Sums>
@@ -148,8 +174,14 @@ void fwd_cuda(const FwdProblem& p, void* stream) {
   Args a{};
   a.x = p.x.data, a.y = p.y.data, a.alpha = p.alpha, a.gamma = p.gamma, a.beta = p.beta;
   a.rows = p.x.rows, a.cols = p.x.cols, a.x_stride = p.x.row_stride, a.y_stride = p.y.row_stride;
-  const cuda::RowLaunch l = cuda::row_launch(p.x, cuda::vectorizable({&p.x, &p.y}));
-  TIGON_DYT_SWITCH(p.x.dtype, p.param_dtype, fwd_typed, a, l, static_cast<cudaStream_t>(stream));
+  cuda::RowLaunch l = cuda::row_launch(p.x, cuda::vectorizable({&p.x, &p.y}));
+  // At least kFwdMinRows rows per thread where the matrix has them (the grid stays several waves deep: 16384 x 4096
+  // bf16 is 4096 blocks of 256 threads), so the parameters' loads are paid once per 8 rows, not per row.
+  constexpr int64_t kFwdMinRows = 8;
+  const int64_t rows_per_y = int64_t(l.block.y) * kFwdMinRows;
+  l.grid.y = unsigned(std::max<int64_t>(1, std::min<int64_t>(l.grid.y, (p.x.rows + rows_per_y - 1) / rows_per_y)));
+  const bool vec_params = cuda::aligned16(p.gamma) && (!p.beta || cuda::aligned16(p.beta));
+  TIGON_DYT_SWITCH(p.x.dtype, p.param_dtype, fwd_typed, a, l, vec_params, static_cast<cudaStream_t>(stream));
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
