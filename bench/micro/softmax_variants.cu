@@ -203,16 +203,16 @@ int main(int argc, char** argv) {
   const size_t n = size_t(rows) * cols;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 2.f);
-  std::vector<T> h(n);
+  std::vector<T> ha(n), hb(n);
+  for (auto& v : ha) v = __float2bfloat16(nd(rng));
+  for (auto& v : hb) v = __float2bfloat16(nd(rng) * 0.01f);
   Bufs B{};
-  for (int c = 0; c < kCopies; ++c) {
+  for (int c = 0; c < kCopies; ++c) {  // the same values in each copy: only their addresses must differ
     CHECK(cudaMalloc(&B.a[c], n * sizeof(T)));
     CHECK(cudaMalloc(&B.b[c], n * sizeof(T)));
     CHECK(cudaMalloc(&B.out[c], n * sizeof(T)));
-    for (auto& v : h) v = __float2bfloat16(nd(rng));
-    CHECK(cudaMemcpy(B.a[c], h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-    for (auto& v : h) v = __float2bfloat16(nd(rng) * 0.01f);
-    CHECK(cudaMemcpy(B.b[c], h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(B.a[c], ha.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(B.b[c], hb.data(), n * sizeof(T), cudaMemcpyHostToDevice));
   }
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
