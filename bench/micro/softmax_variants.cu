@@ -1,8 +1,9 @@
 // Softmax over rows held in registers, bf16 16384 x 4096 (a row per block), in variants of the shipped kernels'
-// structure (src/softmax/): what closes the distance to the copy rate. Each forward writes y, each backward dx; the
-// outputs are compared with the first variant's. Diagnostic only, not part of the library.
+// structure (src/softmax/), and the library's own entry points in the same harness: what closes the distance to the
+// copy rate. Each forward writes y, each backward dx; the outputs are compared with the first row's. Diagnostic only.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o build/softmax_variants bench/micro/softmax_variants.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90a -Iinclude -o build/softmax_variants bench/micro/softmax_variants.cu \
+//     -Lbuild -ltigon -Xlinker -rpath=build
 //   build/softmax_variants [rows cols]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "micro_util.cuh"
+#include "tigon/softmax.h"
 
 namespace {
 
@@ -166,6 +168,17 @@ __global__ void copy(const uint4* in, uint4* out, size_t n) {
     out[i] = in[i];
 }
 
+// The library's entry points with the kernels' signature: x / y in a, dy in b, y / dx in out.
+tigon_tensor matrix(const T* p, const int64_t* shape) {
+  return tigon_tensor{const_cast<T*>(p), {2, 0}, 2, {TIGON_DTYPE_CODE_BFLOAT, 16, 1}, shape, nullptr, 0};
+}
+void library_check(tigon_status_t s) {
+  if (s != TIGON_SUCCESS) {
+    std::fprintf(stderr, "tigon: %s\n", tigon_last_error());
+    std::exit(1);
+  }
+}
+
 // Each call gets its own input and output copy (kCopies, rotated) so L2 holds none of them.
 constexpr int kCopies = 4;
 struct Bufs {
@@ -173,14 +186,19 @@ struct Bufs {
 };
 
 template <class K>
-void report(const char* name, K kernel, dim3 grid, dim3 block, const Bufs& B, int rows, int cols, double bytes,
-            double copy_us, std::vector<float>* ref) {
+auto kernel(K k, dim3 grid, dim3 block) {
+  return [=](const Args& a) { k<<<grid, block>>>(a); };
+}
+
+template <class Launch>
+void report(const char* name, Launch launch, const Bufs& B, int rows, int cols, double bytes, double copy_us,
+            std::vector<float>* ref) {
   int c = 0;
   const float us = time_us([&] {
-    kernel<<<grid, block>>>(Args{B.a[c], B.b[c], B.out[c], rows, cols});
+    launch(Args{B.a[c], B.b[c], B.out[c], rows, cols});
     c = (c + 1) % kCopies;
   });
-  kernel<<<grid, block>>>(Args{B.a[0], B.b[0], B.out[0], rows, cols});
+  launch(Args{B.a[0], B.b[0], B.out[0], rows, cols});
   CHECK(cudaDeviceSynchronize());
   const std::vector<float> y = read_floats(B.out[0], size_t(rows) * cols);
   float err = 0.f;
@@ -227,19 +245,33 @@ int main(int argc, char** argv) {
   const int v8 = cols / 8;
   std::vector<float> ref;
   std::printf("forward (floor: one copy)\n");
-  report("nv4 expf (shipped structure)", fwd<4, false, false>, rows, v8 / 4, B, rows, cols, fb, copy_us, &ref);
-  report("nv4 ex2.approx", fwd<4, true, false>, rows, v8 / 4, B, rows, cols, fb, copy_us, &ref);
-  report("nv4 ex2.approx, one online reduction", fwd<4, true, true>, rows, v8 / 4, B, rows, cols, fb, copy_us, &ref);
-  report("nv2 ex2.approx", fwd<2, true, false>, rows, v8 / 2, B, rows, cols, fb, copy_us, &ref);
-  report("nv8 ex2.approx", fwd<8, true, false>, rows, v8 / 8, B, rows, cols, fb, copy_us, &ref);
-  report("nv4 expf, persistent 16/SM", fwd<4, false, false>, sms * 16, v8 / 4, B, rows, cols, fb, copy_us, &ref);
-  report("nv4 ex2.approx, persistent 16/SM", fwd<4, true, false>, sms * 16, v8 / 4, B, rows, cols, fb, copy_us, &ref);
+  const int64_t shape[2] = {rows, cols};
+  const auto lib_fwd = [&](const Args& a) {
+    const tigon_tensor x = matrix(a.a, shape), y = matrix(a.out, shape);
+    library_check(tigon_softmax_fwd(&x, &y, nullptr));
+  };
+  const auto lib_bwd = [&](const Args& a) {
+    const tigon_tensor y = matrix(a.a, shape), dy = matrix(a.b, shape), dx = matrix(a.out, shape);
+    library_check(tigon_softmax_bwd(&dy, &y, &dx, nullptr));
+  };
+  report("nv4 expf (shipped structure)", kernel(fwd<4, false, false>, rows, v8 / 4), B, rows, cols, fb, copy_us, &ref);
+  report("library tigon_softmax_fwd", lib_fwd, B, rows, cols, fb, copy_us, &ref);
+  report("nv4 ex2.approx", kernel(fwd<4, true, false>, rows, v8 / 4), B, rows, cols, fb, copy_us, &ref);
+  report("nv4 ex2.approx, one online reduction", kernel(fwd<4, true, true>, rows, v8 / 4), B, rows, cols, fb, copy_us,
+         &ref);
+  report("nv2 ex2.approx", kernel(fwd<2, true, false>, rows, v8 / 2), B, rows, cols, fb, copy_us, &ref);
+  report("nv8 ex2.approx", kernel(fwd<8, true, false>, rows, v8 / 8), B, rows, cols, fb, copy_us, &ref);
+  report("nv4 expf, persistent 16/SM", kernel(fwd<4, false, false>, sms * 16, v8 / 4), B, rows, cols, fb, copy_us,
+         &ref);
+  report("nv4 ex2.approx, persistent 16/SM", kernel(fwd<4, true, false>, sms * 16, v8 / 4), B, rows, cols, fb, copy_us,
+         &ref);
   ref.clear();
   std::printf("backward (floor: 1.5 copies)\n");
-  report("nv4 (shipped structure)", bwd<4>, rows, v8 / 4, B, rows, cols, bb, copy_us, &ref);
-  report("nv2", bwd<2>, rows, v8 / 2, B, rows, cols, bb, copy_us, &ref);
-  report("nv8", bwd<8>, rows, v8 / 8, B, rows, cols, bb, copy_us, &ref);
-  report("nv4 persistent 16/SM", bwd<4>, sms * 16, v8 / 4, B, rows, cols, bb, copy_us, &ref);
-  report("nv2 persistent 8/SM", bwd<2>, sms * 8, v8 / 2, B, rows, cols, bb, copy_us, &ref);
+  report("nv4 (shipped structure)", kernel(bwd<4>, rows, v8 / 4), B, rows, cols, bb, copy_us, &ref);
+  report("library tigon_softmax_bwd", lib_bwd, B, rows, cols, bb, copy_us, &ref);
+  report("nv2", kernel(bwd<2>, rows, v8 / 2), B, rows, cols, bb, copy_us, &ref);
+  report("nv8", kernel(bwd<8>, rows, v8 / 8), B, rows, cols, bb, copy_us, &ref);
+  report("nv4 persistent 16/SM", kernel(bwd<4>, sms * 16, v8 / 4), B, rows, cols, bb, copy_us, &ref);
+  report("nv2 persistent 8/SM", kernel(bwd<2>, sms * 8, v8 / 2), B, rows, cols, bb, copy_us, &ref);
   return 0;
 }

@@ -1,5 +1,5 @@
-// The sm_90 implicit-GEMM convolution's CUTLASS 3 configuration and its arguments, shared by the library's one
-// instantiation (src/conv2d/conv2d_cuda.cu: 128 x 128 tiles, no cluster) and the tile sweep in bench/micro/.
+// The sm_90 implicit-GEMM convolution's CUTLASS 3 configuration and its arguments, shared by the library's
+// instantiations (src/conv2d/conv2d_cuda.cu) and the tile sweep in bench/micro/.
 #pragma once
 
 #include <cute/tensor.hpp>
