@@ -6,6 +6,8 @@
 // Tile configurations (conv2d_sm90.cuh), no cluster: 128 x 128 output tiles, 128 x 64 where K <= 64.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "common/cuda_check.h"
 #include "common/device.h"
 #include "common/error.h"
@@ -58,6 +60,10 @@ void fwd_cuda(const Problem& p, int device, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   if (p.c % 8 != 0) fail_arg("x", "has ", p.c, " channels; the CUDA convolution needs a multiple of 8");
   if (p.k % 8 != 0) fail_arg("weight", "has ", p.k, " output channels; the CUDA convolution needs a multiple of 8");
+  // CUTLASS's GEMM view counts pixels (N·H·W in, N·P·Q out) and channels in 32-bit ints; addresses are 64-bit
+  if (p.n * p.h * p.w > INT32_MAX || p.n * p.p * p.q > INT32_MAX || p.c * p.r * p.s > INT32_MAX)
+    fail_arg("x", "is too large for the CUDA convolution: N·H·W = ", p.n * p.h * p.w, ", N·P·Q = ", p.n * p.p * p.q,
+             " and C·R·S = ", p.c * p.r * p.s, " must each be < 2^31 (split the batch)");
   for (const void* ptr : {p.x, p.weight, p.bias, p.residual, static_cast<const void*>(p.y)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       fail_arg("x", "and the other tensors must start at 16-byte aligned addresses for the CUDA convolution");

@@ -17,6 +17,7 @@ CASES = [
     ((3, 32, 9, 11), (16, 1, 1), 1, 0, 1),
     ((2, 16, 23, 17), (64, 7, 7), 2, 3, 1),
     ((1, 24, 13, 13), (8, 3, 3), (1, 2), (2, 1), (2, 1)),
+    ((2, 16, 10, 12), (96, 3, 3), 1, 1, 1),  # K > 64: the CUDA path's wider tile
 ]
 
 
@@ -91,6 +92,15 @@ def test_cuda_graph_capture_replays():
         g.replay()
         torch.cuda.synchronize()
     assert_close(y, reference(x, w, b, 1, 1, 1, r, True), name="replayed")
+
+
+@needs_cuda
+def test_more_than_2_31_elements():
+    # 2200 x 64 x 128 x 128 = 2^31 + 159 M elements in x and in y: the last image lives past int32 offsets
+    x, w, b = inputs("cuda", torch.bfloat16, (2200, 64, 128, 128), (64, 3, 3))
+    y = tigon.ops.conv2d(x, w, b, padding=1, activation="relu")
+    want = torch.relu(F.conv2d(x[-1:].float(), w.float(), b.float(), padding=1))
+    assert_close(y[-1:], want.double(), name="y, last image")
 
 
 @needs_cuda
