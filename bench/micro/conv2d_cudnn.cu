@@ -1,7 +1,9 @@
 // cuDNN's own fused convolution, y = ReLU(conv(x, w) + bias [+ z]), against its bare convolution, on ResNet-50's
 // layers at batch 64 (bf16, channels-last): whether cuDNN's fusion runs at the bare convolution's speed, the bar the
-// library's CUTLASS kernel misses by 7-8% (docs/performance/conv2d.md). Every algorithm cuDNN lists is tried; the
-// fastest that runs is shown, and its output compared with the bare convolution followed by bias and ReLU on the host.
+// library's CUTLASS kernel misses by 7-8% (docs/performance/conv2d.md). Two ways in: the legacy API
+// (cudnnConvolutionBiasActivationForward; every algorithm it lists is tried, the fastest shown, its output checked
+// against the bare convolution + bias + z + ReLU on the host) and the graph API (convolution -> add bias [-> add z] ->
+// ReLU as one operation graph; the first engine configurations of heuristics mode A are tried, the fastest shown).
 // Diagnostic only, not part of the library.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I<cudnn>/include -o build/conv2d_cudnn bench/micro/conv2d_cudnn.cu \
@@ -16,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "micro_util.cuh"
@@ -48,6 +52,157 @@ const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
   static const char* names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct", "fft", "fft_tiling",
                                 "winograd",      "winograd_nonfused"};
   return int(a) < 8 ? names[int(a)] : "?";
+}
+
+// ---- the graph (backend) API ----
+
+// A failing call throws: the graph's attempt is reported and the program goes on to the next one.
+void check(cudnnStatus_t st, const char* what) {
+  if (st != CUDNN_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(st));
+}
+#define TRY(x) check((x), #x)
+
+cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t t) {
+  cudnnBackendDescriptor_t d;
+  TRY(cudnnBackendCreateDescriptor(t, &d));
+  return d;
+}
+template <class V>
+void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n,
+         const V* v) {
+  TRY(cudnnBackendSetAttribute(d, a, t, n, v));
+}
+
+// A tensor with dims in NCHW order and channels-last strides.
+cudnnBackendDescriptor_t tensor(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t dt,
+                                bool is_virtual) {
+  cudnnBackendDescriptor_t d = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const int64_t dims[4] = {n, c, h, w}, strides[4] = {h * w * c, 1, w * c, c}, align = 16;
+  set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+  set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+  set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+  set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+  set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+  TRY(cudnnBackendFinalize(d));
+  return d;
+}
+
+cudnnBackendDescriptor_t pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                   cudnnBackendDescriptor_t y) {
+  cudnnBackendDescriptor_t pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+  set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+  TRY(cudnnBackendFinalize(pw));
+  cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
+  set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+  if (b) set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+  set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+  TRY(cudnnBackendFinalize(op));
+  return op;
+}
+
+enum Uid : int64_t { kX = 1, kW, kB, kZ, kY, kConv, kAdd, kAdd2 };
+
+// Median µs of the fastest engine configuration that runs the graph (stage 0: bare convolution into y; 1: + bias,
+// ReLU; 2: + bias, + z, ReLU), or -1 when none does.
+float graph_us_or_throw(cudnnHandle_t handle, const Layer& l, int p, int stage, T* x, T* w, T* b, T* z, T* y, void* ws,
+                        size_t ws_bytes) {
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t tx = tensor(kX, l.n, l.c, l.h, l.w, bf16, false);
+  cudnnBackendDescriptor_t tw = tensor(kW, l.k, l.c, l.r, l.r, bf16, false);
+  cudnnBackendDescriptor_t ty = tensor(kY, l.n, l.k, p, p, bf16, false);
+  cudnnBackendDescriptor_t tconv = stage == 0 ? ty : tensor(kConv, l.n, l.k, p, p, f32, true);
+  cudnnBackendDescriptor_t conv = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t dims = 2, one2[2] = {1, 1}, pad2[2] = {l.pad, l.pad};
+  set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+  set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  set(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims);
+  set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, one2);
+  set(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, one2);
+  set(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad2);
+  set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad2);
+  TRY(cudnnBackendFinalize(conv));
+  cudnnBackendDescriptor_t conv_op = make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  const float alpha = 1.f, beta = 0.f;
+  set(conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx);
+  set(conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw);
+  set(conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tconv);
+  set(conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
+  set(conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+  set(conv_op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+  TRY(cudnnBackendFinalize(conv_op));
+  std::vector<cudnnBackendDescriptor_t> ops = {conv_op};
+  std::vector<int64_t> uids = {kX, kW, kY};
+  std::vector<void*> ptrs = {x, w, y};
+  if (stage > 0) {
+    cudnnBackendDescriptor_t tb = tensor(kB, 1, l.k, 1, 1, bf16, false);
+    cudnnBackendDescriptor_t tadd = tensor(kAdd, l.n, l.k, p, p, f32, true);
+    ops.push_back(pointwise(CUDNN_POINTWISE_ADD, tconv, tb, tadd));
+    uids.push_back(kB), ptrs.push_back(b);
+    cudnnBackendDescriptor_t last = tadd;
+    if (stage == 2) {
+      cudnnBackendDescriptor_t tz = tensor(kZ, l.n, l.k, p, p, bf16, false);
+      cudnnBackendDescriptor_t tadd2 = tensor(kAdd2, l.n, l.k, p, p, f32, true);
+      ops.push_back(pointwise(CUDNN_POINTWISE_ADD, tadd, tz, tadd2));
+      uids.push_back(kZ), ptrs.push_back(z);
+      last = tadd2;
+    }
+    ops.push_back(pointwise(CUDNN_POINTWISE_RELU_FWD, last, nullptr, ty));
+  }
+  cudnnBackendDescriptor_t graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops.size()), ops.data());
+  TRY(cudnnBackendFinalize(graph));
+  cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
+  set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
+  TRY(cudnnBackendFinalize(heur));
+  constexpr int kConfigs = 8;
+  cudnnBackendDescriptor_t cfgs[kConfigs];
+  for (auto& c : cfgs) c = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  int64_t n_cfg = 0;
+  TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, kConfigs, &n_cfg,
+                               cfgs));
+  float best = -1.f;
+  for (int64_t i = 0; i < n_cfg; ++i) {
+    cudnnBackendDescriptor_t plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+    int64_t need = 0, got = 0;
+    if (cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &need) ==
+            CUDNN_STATUS_SUCCESS &&
+        size_t(need) <= ws_bytes) {
+      cudnnBackendDescriptor_t pack = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+      set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()), uids.data());
+      set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()), ptrs.data());
+      set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+      TRY(cudnnBackendFinalize(pack));
+      if (cudnnBackendExecute(handle, plan, pack) == CUDNN_STATUS_SUCCESS && cudaDeviceSynchronize() == cudaSuccess) {
+        const float us = time_us([&] { cudnnBackendExecute(handle, plan, pack); });
+        if (best < 0 || us < best) best = us;
+      }
+      cudnnBackendDestroyDescriptor(pack);
+    }
+    cudnnBackendDestroyDescriptor(plan);
+  }
+  // descriptors of the graph are left to the process's end: a diagnostic's few hundred small objects
+  return best;
+}
+
+float graph_us(cudnnHandle_t handle, const Layer& l, int p, int stage, T* x, T* w, T* b, T* z, T* y, void* ws,
+               size_t ws_bytes) {
+  try {
+    return graph_us_or_throw(handle, l, p, stage, x, w, b, z, y, ws, ws_bytes);
+  } catch (const std::exception& e) {
+    std::printf("  (graph stage %d: %s)\n", stage, e.what());
+    return -1.f;
+  }
 }
 
 }  // namespace
@@ -159,6 +314,14 @@ int main() {
     show("conv + bias + ReLU", fused);
     show("conv + bias + residual + ReLU", fused_z);
     std::printf("  max rel diff of the fused output %.1e\n", err);
+    const char* stages[3] = {"graph: bare convolution", "graph: conv + bias + ReLU", "graph: conv + bias + z + ReLU"};
+    for (int stage = 0; stage < 3; ++stage) {
+      const float us = graph_us(handle, l, p, stage, x, w, b, z, y, ws, ws_bytes);
+      if (us < 0)
+        std::printf("  %-34s no engine configuration ran\n", stages[stage]);
+      else
+        std::printf("  %-34s %8.1f us  %5.2fx legacy bare\n", stages[stage], us, us / bare.us);
+    }
     CUDNN(cudnnDestroyTensorDescriptor(d.x));
     CUDNN(cudnnDestroyTensorDescriptor(d.y));
     CUDNN(cudnnDestroyTensorDescriptor(d.bias));
