@@ -86,6 +86,7 @@ class Conv2d(nn.Conv2d):
         if x.device.type == "cpu":
             return True
         span = [(k - 1) * d for k, d in zip(self.kernel_size, self.dilation)]
+        out = [(n + 2 * p - s_) // st + 1 for n, p, s_, st in zip(x.shape[2:], self.padding, span, self.stride)]
         return (
             x.device.type == "cuda"
             and x.dtype in _HALF
@@ -93,6 +94,7 @@ class Conv2d(nn.Conv2d):
             and self.out_channels % 8 == 0
             and max(self.padding) <= 128
             and max(span) < 255
+            and x.shape[0] * max(x.shape[2] * x.shape[3], out[0] * out[1]) < 2**31  # the kernel's 32-bit pixel count
         )
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
