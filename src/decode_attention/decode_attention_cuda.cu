@@ -27,8 +27,11 @@ struct Plan {
 // are resident), and the shortest chunk (every key slot busy for a few steps of 4 keys).
 constexpr int64_t kTargetBlocksPerSm = 4;
 constexpr int64_t kMinChunk = 256;
-// Tensor cores: warps in flight per multiprocessor (two blocks of 4 warps; 96 KB of shared memory each at D 128).
+// Tensor cores: warps in flight per multiprocessor (two blocks of 4 warps; 96 KB of shared memory each at D 128), and
+// the shortest chunk: 8 tiles, so a warp's 3-stage ring runs full for most of its chunk. Shorter chunks (64 keys at
+// batch 1, 8k context) spent as long filling the ring and combining the partials as streaming the keys.
 constexpr int64_t kMmaWarpsPerSm = 2 * mma::kWarps;
+constexpr int64_t kMmaMinChunk = 8 * mma::kTileKeys;
 
 bool uses_mma(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
@@ -39,7 +42,7 @@ Plan make_plan(const Shape& s, int sms) {
     p.rows = mma::kRows;
     p.row_blocks = ceil_div(rows, p.rows);
     const int64_t units = s.batch * s.heads_kv * p.row_blocks;
-    p.splits = std::max<int64_t>(1, kMmaWarpsPerSm * sms / units);
+    p.splits = std::clamp<int64_t>(kMmaWarpsPerSm * sms / units, 1, std::max<int64_t>(1, s.s_max / kMmaMinChunk));
     p.chunk = ceil_div(ceil_div(s.s_max, p.splits), mma::kTileKeys) * mma::kTileKeys;
     p.splits = std::max<int64_t>(1, ceil_div(s.s_max, p.chunk));
     return p;
