@@ -40,13 +40,22 @@ __device__ __forceinline__ float param(const void* p, int64_t c, float none) {
   return p ? cuda::to_f<P>(static_cast<const P*>(p)[c]) : none;
 }
 
-// f(index in the group, V values as floats) over the group's elements, each thread taking every kThreads-th vector.
+// f(index in the group, V values as floats) over the group's elements, each thread taking every kThreads-th vector,
+// kBatch of them loaded before f sees any: one block per group leaves few threads per multiprocessor, so each keeps
+// several loads in flight. (f may store over what it was given: a batch's loads all precede its stores.)
+constexpr int kBatch = 4;
+
 template <class T, int V, class F>
 __device__ __forceinline__ void for_group(const T* base, int64_t len, F f) {
-  for (int64_t i = int64_t(threadIdx.x) * V; i < len; i += int64_t(kThreads) * V) {
-    float v[V];
-    cuda::load_vec<T, V>(base + i, v);
-    f(i, v);
+  constexpr int64_t kStep = int64_t(kThreads) * V;
+  for (int64_t i0 = int64_t(threadIdx.x) * V; i0 < len; i0 += kBatch * kStep) {
+    float v[kBatch][V];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + b * kStep < len) cuda::load_vec<T, V>(base + i0 + b * kStep, v[b]);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + b * kStep < len) f(i0 + b * kStep, v[b]);
   }
 }
 
@@ -127,18 +136,30 @@ __global__ void __launch_bounds__(kThreads) bwd(const Args a) {
   cuda::row_sums<2>(tot, smem);
   const float inv_len = 1.f / float(a.len), mg = tot[0] * inv_len, mgx = tot[1] * inv_len;
   T* dx = static_cast<T*>(a.out) + offset;
-  for (int64_t i = int64_t(threadIdx.x) * V; i < a.len; i += int64_t(kThreads) * V) {
-    float xv[V], dv[V], out[V];
-    cuda::load_vec<T, V>(x + i, xv);
-    cuda::load_vec<T, V>(dy + i, dv);
-    const int64_t c0 = g * a.cg + i / a.s;  // V divides S when V > 1: one channel per vector
+  constexpr int64_t kStep = int64_t(kThreads) * V;
+  constexpr int kPairs = kBatch / 2;  // two loads each: for_group's loads in flight, in fewer registers
+  for (int64_t i0 = int64_t(threadIdx.x) * V; i0 < a.len; i0 += kPairs * kStep) {
+    float xv[kPairs][V], dv[kPairs][V];  // a batch's loads first (for_group's reason), then its stores
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int64_t c = V > 1 ? c0 : g * a.cg + (i + j) / a.s;
-      const float xhat = (xv[j] - mean) * rstd;
-      out[j] = rstd * (fmaf(dv[j], param<P>(a.weight, c, 1.f), -mg) - xhat * mgx);
+    for (int b = 0; b < kPairs; ++b)
+      if (i0 + b * kStep < a.len) {
+        cuda::load_vec<T, V>(x + i0 + b * kStep, xv[b]);
+        cuda::load_vec<T, V>(dy + i0 + b * kStep, dv[b]);
+      }
+#pragma unroll
+    for (int b = 0; b < kPairs; ++b) {
+      const int64_t i = i0 + b * kStep;
+      if (i >= a.len) break;
+      float out[V];
+      const int64_t c0 = g * a.cg + i / a.s;  // V divides S when V > 1: one channel per vector
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int64_t c = V > 1 ? c0 : g * a.cg + (i + j) / a.s;
+        const float xhat = (xv[b][j] - mean) * rstd;
+        out[j] = rstd * (fmaf(dv[b][j], param<P>(a.weight, c, 1.f), -mg) - xhat * mgx);
+      }
+      cuda::store_vec<T, V>(dx + i, out);
     }
-    cuda::store_vec<T, V>(dx + i, out);
   }
 }
 
