@@ -33,75 +33,103 @@ struct Args {
 
 __device__ __forceinline__ int64_t row_step() { return int64_t(gridDim.x) * blockDim.y; }
 
-// Forward, a row in registers: thread x of a row holds vectors x, x + tpr, ... (kNv at most).
+// f(v) over the threads of one row (rows as common/reduce.cuh's row_reduce) with one barrier: lanes combine by
+// shuffles, each warp's partial goes to buf, then every warp combines the row's partials by shuffles (the same tree,
+// so the same bits in every thread). Callers alternate between two buffers: a call's writers may not meet the
+// previous call's readers on the same buffer, and the call in between holds a barrier they all passed.
+template <bool Max>
+__device__ __forceinline__ float row_reduce1(float v, float* buf) {
+  const auto f = [](float x, float y) { return Max ? fmaxf(x, y) : x + y; };
+  const int tpr = blockDim.x, width = tpr < 32 ? tpr : 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (tpr <= 32) return v;
+  const int warps = tpr / 32, lane = int(threadIdx.x & 31);
+  float* mine = buf + threadIdx.y * warps;
+  if (lane == 0) mine[threadIdx.x / 32] = v;
+  __syncthreads();
+  float p = lane < warps ? mine[lane] : (Max ? -INFINITY : 0.f);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) p = f(p, __shfl_xor_sync(0xffffffffu, p, o));
+  return p;
+}
+
+// Forward, a row in registers: thread x of a row holds vectors x, x + tpr, ... (kNv at most). The max and the sum
+// take one barrier each (row_reduce1, a buffer each).
 template <class T>
 __global__ void fwd_cached(const Args a) {
   constexpr int V = 16 / sizeof(T);
-  __shared__ float smem[kMaxThreads / 32];
+  __shared__ float buf[2][kMaxThreads / 32];
   const int64_t nvec = a.cols / V;
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < a.rows; r0 += row_step()) {
     const int64_t row = r0 + threadIdx.y;
-    const bool ok = row < a.rows;
+    bool live[kNv];
+#pragma unroll
+    for (int i = 0; i < kNv; ++i) live[i] = row < a.rows && threadIdx.x + int64_t(i) * blockDim.x < nvec;
+    const T* x = static_cast<const T*>(a.a) + row * a.a_stride + threadIdx.x * V;
     float v[kNv][V];
     float m = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < kNv; ++i) {
-      const int64_t k = threadIdx.x + int64_t(i) * blockDim.x;
-      if (ok && k < nvec) {
-        load_vec<T, V>(static_cast<const T*>(a.a) + row * a.a_stride + k * V, v[i]);
+    for (int i = 0; i < kNv; ++i)
+      if (live[i]) {
+        load_vec<T, V>(x + int64_t(i) * blockDim.x * V, v[i]);
 #pragma unroll
         for (int j = 0; j < V; ++j) m = fmaxf(m, v[i][j]);
       }
-    }
-    m = row_max(m, smem);
+    m = row_reduce1<true>(m, buf[0]);
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < kNv; ++i)
-      if (ok && threadIdx.x + int64_t(i) * blockDim.x < nvec)
+      if (live[i])
 #pragma unroll
         for (int j = 0; j < V; ++j) s += (v[i][j] = expf(v[i][j] - m));
-    const float inv = 1.f / row_sum(s, smem);
+    const float inv = 1.f / row_reduce1<false>(s, buf[1]);
+    T* y = static_cast<T*>(a.out) + row * a.out_stride + threadIdx.x * V;
 #pragma unroll
-    for (int i = 0; i < kNv; ++i) {
-      const int64_t k = threadIdx.x + int64_t(i) * blockDim.x;
-      if (!ok || k >= nvec) continue;
+    for (int i = 0; i < kNv; ++i)
+      if (live[i]) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[i][j] *= inv;
-      store_vec<T, V>(static_cast<T*>(a.out) + row * a.out_stride + k * V, v[i]);
-    }
+        for (int j = 0; j < V; ++j) v[i][j] *= inv;
+        store_vec<T, V>(y + int64_t(i) * blockDim.x * V, v[i]);
+      }
   }
 }
 
-// Backward, a row of y and dy in registers.
+// Backward, a row of y and dy in registers; the dot product's reductions alternate between two buffers by row.
 template <class T>
 __global__ void bwd_cached(const Args a) {
   constexpr int V = 16 / sizeof(T);
-  __shared__ float smem[kMaxThreads / 32];
+  __shared__ float buf[2][kMaxThreads / 32];
   const int64_t nvec = a.cols / V;
-  for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < a.rows; r0 += row_step()) {
+  int parity = 0;
+  for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < a.rows; r0 += row_step(), parity ^= 1) {
     const int64_t row = r0 + threadIdx.y;
-    const bool ok = row < a.rows;
+    bool live[kNv];
+#pragma unroll
+    for (int i = 0; i < kNv; ++i) live[i] = row < a.rows && threadIdx.x + int64_t(i) * blockDim.x < nvec;
+    const int64_t at = threadIdx.x * V;
+    const T* yp = static_cast<const T*>(a.a) + row * a.a_stride + at;
+    const T* gp = static_cast<const T*>(a.b) + row * a.b_stride + at;
     float y[kNv][V], dy[kNv][V];
     float dot = 0.f;
 #pragma unroll
-    for (int i = 0; i < kNv; ++i) {
-      const int64_t k = threadIdx.x + int64_t(i) * blockDim.x;
-      if (ok && k < nvec) {
-        load_vec<T, V>(static_cast<const T*>(a.a) + row * a.a_stride + k * V, y[i]);
-        load_vec<T, V>(static_cast<const T*>(a.b) + row * a.b_stride + k * V, dy[i]);
+    for (int i = 0; i < kNv; ++i)
+      if (live[i]) {
+        load_vec<T, V>(yp + int64_t(i) * blockDim.x * V, y[i]);
+        load_vec<T, V>(gp + int64_t(i) * blockDim.x * V, dy[i]);
 #pragma unroll
         for (int j = 0; j < V; ++j) dot = fmaf(y[i][j], dy[i][j], dot);
       }
-    }
-    dot = row_sum(dot, smem);
+    dot = row_reduce1<false>(dot, buf[parity]);
+    T* dx = static_cast<T*>(a.out) + row * a.out_stride + at;
 #pragma unroll
-    for (int i = 0; i < kNv; ++i) {
-      const int64_t k = threadIdx.x + int64_t(i) * blockDim.x;
-      if (!ok || k >= nvec) continue;
+    for (int i = 0; i < kNv; ++i)
+      if (live[i]) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) y[i][j] *= dy[i][j] - dot;
-      store_vec<T, V>(static_cast<T*>(a.out) + row * a.out_stride + k * V, y[i]);
-    }
+        for (int j = 0; j < V; ++j) y[i][j] *= dy[i][j] - dot;
+        store_vec<T, V>(dx + int64_t(i) * blockDim.x * V, y[i]);
+      }
   }
 }
 
