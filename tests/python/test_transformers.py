@@ -61,6 +61,17 @@ QWEN3_NEXT_MOE = dict(
     output_router_logits=True,
     router_aux_loss_coef=0.05,
 )
+# DeepSeek-style routing without groups: a dense first layer, then 4 experts top-2 beside a shared one
+SHARED_EXPERT_MOE = dict(
+    head_dim=16,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    n_shared_experts=1,
+    moe_intermediate_size=32,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+)
 CONFIGS = {
     "llama": ("LlamaConfig", dict(mlp_bias=True, tie_word_embeddings=False)),
     "mistral": ("MistralConfig", dict(sliding_window=None)),
@@ -182,6 +193,38 @@ CONFIGS = {
     "qwen3_5": ("Qwen3_5TextConfig", QWEN3_NEXT),
     "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
     "mllama": ("MllamaTextConfig", dict(cross_attention_layers=[1])),  # no image: the cross-attention layer is skipped
+    "helium": ("HeliumConfig", dict(head_dim=16)),
+    "seed_oss": ("SeedOssConfig", dict(head_dim=16, residual_dropout=0.0, attention_dropout=0.0)),  # comparable
+    "ernie4_5": ("Ernie4_5Config", dict(head_dim=16)),
+    "qwen2_moe": (  # a shared expert beside 4 routed ones, top-2
+        "Qwen2MoeConfig",
+        dict(
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            output_router_logits=True,
+            router_aux_loss_coef=0.05,
+        ),
+    ),
+    "olmoe": (
+        "OlmoeConfig",
+        dict(num_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.05),
+    ),
+    "ernie4_5_moe": (  # a dense first layer, then 4 experts top-2 and a shared one
+        "Ernie4_5_MoeConfig",
+        dict(
+            head_dim=16,
+            moe_num_experts=4,
+            moe_k=2,
+            moe_intermediate_size=32,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=1,
+            output_router_logits=True,
+        ),
+    ),
+    "dots1": ("Dots1Config", SHARED_EXPERT_MOE),
+    "glm4_moe": ("Glm4MoeConfig", SHARED_EXPERT_MOE),  # RoPE on half of each head
 }
 CAUSAL_LM = {"gemma3": "Gemma3ForCausalLM"}
 ROPE_CALLS = {
@@ -233,6 +276,14 @@ LIGHT = {
     "qwen3_5",
     "qwen3_5_moe",
     "mllama",
+    "helium",
+    "seed_oss",
+    "ernie4_5",
+    "qwen2_moe",
+    "olmoe",
+    "ernie4_5_moe",
+    "dots1",
+    "glm4_moe",
 }
 FULL = [p for p in PARAMS if p.values[0] not in LIGHT]
 COMPILED = [p for p in FULL if p.values[0] != "deepseek_v3"]  # MoE tracing is Qwen3-MoE's and Mixtral's test

@@ -35,7 +35,7 @@ class Family:
     # (Llama 4's freqs_cis); None: transformers' own
     rope: str | None = "llama"
     rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's name for it
-    mlp_bias: bool = False  # the family's MLP takes config.mlp_bias (else never biased)
+    mlp_bias: str | None = None  # the config attribute that gives the family's MLP biases (None: never biased)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
     # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate; the router's load-balancing loss is added
     # where the modeling module has load_balancing_loss_func (not every MoE family trains with one)
@@ -74,7 +74,7 @@ class Family:
 FAMILIES = {
     f.name: f
     for f in [
-        Family("llama", "Llama", ("llama",), mlp_bias=True),
+        Family("llama", "Llama", ("llama",), mlp_bias="mlp_bias"),
         Family("mistral", "Mistral", ("mistral",)),
         Family("mixtral", "Mixtral", ("mixtral",), mlp=None, experts=True),
         Family("qwen2", "Qwen2", ("qwen2",)),
@@ -103,7 +103,7 @@ FAMILIES = {
         ),
         Family("phi3", "Phi3", ("phi3",), mlp="phi3"),
         Family("olmo2", "Olmo2", ("olmo2",), norm="olmo2", norm_in_place=False),
-        Family("granite", "Granite", ("granite",), mlp_bias=True, logits_scaling=True),
+        Family("granite", "Granite", ("granite",), mlp_bias="mlp_bias", logits_scaling=True),
         Family("ministral", "Ministral", ("ministral",)),
         Family("ministral3", "Ministral3", ("ministral3",)),
         Family("smollm3", "SmolLM3", ("smollm3",)),  # its NoPE layers call no RoPE
@@ -115,6 +115,15 @@ FAMILIES = {
         Family("glm4", "Glm4", ("glm4",), norm_in_place=False, mlp="phi3", rope="glm"),  # sandwich norms
         # MLA attention; its RoPE is Llama's where config.rope_interleave is False (otherwise transformers' own)
         Family("deepseek_v3", "DeepseekV3", ("deepseek_v3",), experts=True),
+        Family("helium", "Helium", ("helium",), mlp_bias="mlp_bias", rope="glm"),  # GLM's adjacent pairs
+        Family("seed_oss", "SeedOss", ("seed_oss",), mlp=None),  # the MLP ends in a residual dropout: kept as it is
+        Family("ernie4_5", "Ernie4_5", ("ernie4_5",), mlp_bias="use_bias", rope="glm"),
+        # MoE families with shared or dense-layer MLPs beside their experts (those MLPs are Tigon's too)
+        Family("qwen2_moe", "Qwen2Moe", ("qwen2_moe",), experts=True),
+        Family("olmoe", "Olmoe", ("olmoe",), experts=True),  # its q/k norms span all heads: RMSNorms all the same
+        Family("ernie4_5_moe", "Ernie4_5_Moe", ("ernie4_5_moe",), mlp_bias="use_bias", rope="glm", experts=True),
+        Family("dots1", "Dots1", ("dots1",), experts=True),
+        Family("glm4_moe", "Glm4Moe", ("glm4_moe",), experts=True),  # rotate-half on a partial rotary dim
         # attention sinks and a clamped gate stay transformers'
         Family(
             "gpt_oss", "GptOss", ("gpt_oss",), norm="olmo2", mlp=None, rope="halves", experts=True, experts_gate=False

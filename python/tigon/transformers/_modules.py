@@ -86,7 +86,7 @@ def mlp_class(family: Family, hf_class: type) -> type:
                     in_place=True,
                     intermediate_size=intermediate_size,
                     hidden_act=act,
-                    bias=None if family.mlp_bias else False,
+                    bias=bool(getattr(config, family.mlp_bias, False)) if family.mlp_bias else False,
                 )
 
     return _register(FamilyMLP, name)
