@@ -61,6 +61,8 @@ QWEN3_NEXT_MOE = dict(
     output_router_logits=True,
     router_aux_loss_coef=0.05,
 )
+# Granite's multipliers, away from 1
+GRANITE = dict(logits_scaling=4.0, embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.1)
 # DeepSeek-style routing without groups: a dense first layer, then 4 experts top-2 beside a shared one
 SHARED_EXPERT_MOE = dict(
     head_dim=16,
@@ -102,16 +104,7 @@ CONFIGS = {
         dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)),
     ),
     "olmo2": ("Olmo2Config", dict()),
-    "granite": (
-        "GraniteConfig",
-        dict(
-            mlp_bias=True,
-            logits_scaling=4.0,
-            embedding_multiplier=3.0,
-            residual_multiplier=0.5,
-            attention_multiplier=0.1,
-        ),
-    ),
+    "granite": ("GraniteConfig", dict(GRANITE, mlp_bias=True)),
     "ministral": (
         "MinistralConfig",
         dict(head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
@@ -225,6 +218,11 @@ CONFIGS = {
     ),
     "dots1": ("Dots1Config", SHARED_EXPERT_MOE),
     "glm4_moe": ("Glm4MoeConfig", SHARED_EXPERT_MOE),  # RoPE on half of each head
+    "granitemoe": ("GraniteMoeConfig", dict(GRANITE, num_local_experts=4, num_experts_per_tok=2)),
+    "granitemoeshared": (
+        "GraniteMoeSharedConfig",
+        dict(GRANITE, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32),
+    ),
 }
 CAUSAL_LM = {"gemma3": "Gemma3ForCausalLM"}
 ROPE_CALLS = {
@@ -284,6 +282,8 @@ LIGHT = {
     "ernie4_5_moe",
     "dots1",
     "glm4_moe",
+    "granitemoe",
+    "granitemoeshared",
 }
 FULL = [p for p in PARAMS if p.values[0] not in LIGHT]
 COMPILED = [p for p in FULL if p.values[0] != "deepseek_v3"]  # MoE tracing is Qwen3-MoE's and Mixtral's test

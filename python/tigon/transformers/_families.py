@@ -124,6 +124,11 @@ FAMILIES = {
         Family("ernie4_5_moe", "Ernie4_5_Moe", ("ernie4_5_moe",), mlp_bias="use_bias", rope="glm", experts=True),
         Family("dots1", "Dots1", ("dots1",), experts=True),
         Family("glm4_moe", "Glm4Moe", ("glm4_moe",), experts=True),  # rotate-half on a partial rotary dim
+        # Granite's multipliers and logits scaling; their MLPs (the shared one's input_linear / output_linear) stay
+        Family("granitemoe", "GraniteMoe", ("granitemoe",), mlp=None, experts=True, logits_scaling=True),
+        Family(
+            "granitemoeshared", "GraniteMoeShared", ("granitemoeshared",), mlp=None, experts=True, logits_scaling=True
+        ),
         # attention sinks and a clamped gate stay transformers'
         Family(
             "gpt_oss", "GptOss", ("gpt_oss",), norm="olmo2", mlp=None, rope="halves", experts=True, experts_gate=False
