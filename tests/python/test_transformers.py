@@ -465,6 +465,21 @@ VLMS = {
             vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[0]),
         ),
     ),
+    "qwen3_vl_moe": (  # 4 experts top-2 in every layer
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3VLMoeConfig",
+        dict(
+            text_config=dict(
+                TEXT,
+                head_dim=16,
+                rope_parameters=dict(MROPE, mrope_interleaved=True),
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=32,
+            ),
+            vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[0]),
+        ),
+    ),
     "qwen3_5": (
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5Config",

@@ -121,6 +121,7 @@ apply_tigon_to_qwen3_5_moe = _entry("qwen3_5_moe")
 apply_tigon_to_qwen2_vl = _entry("qwen2_vl")  # the language model; vision tower, mRoPE and loss transformers'
 apply_tigon_to_qwen2_5_vl = _entry("qwen2_5_vl")
 apply_tigon_to_qwen3_vl = _entry("qwen3_vl")
+apply_tigon_to_qwen3_vl_moe = _entry("qwen3_vl_moe")
 apply_tigon_to_mllama = _entry("mllama")  # MllamaForCausalLM with the fused loss; in the VLM, the language model
 
 __all__ = ["AutoTigonForCausalLM", "SUPPORTED_MODEL_TYPES", "TigonCallback", "patch", "revert"] + [

@@ -178,6 +178,14 @@ FAMILIES = {
             causal_lm=None,
         ),
         Family("qwen3_vl", "Qwen3VLText", ("qwen3_vl", "qwen3_vl_text"), rope=None, causal_lm=None),
+        Family(
+            "qwen3_vl_moe",
+            "Qwen3VLMoeText",
+            ("qwen3_vl_moe", "qwen3_vl_moe_text"),
+            rope=None,
+            causal_lm=None,
+            experts=True,
+        ),
         # cross-attention layers gate their residual branches with tanh: norms out of place
         Family(
             "mllama",
