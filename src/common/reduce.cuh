@@ -146,4 +146,22 @@ __device__ __forceinline__ void row_sums(float (&v)[N], float* smem) {
   for (int n = 0; n < N; ++n) v[n] = p[n];
 }
 
+// Max of v over the threads of one row with one barrier: row_sums<1>'s shapes and its rule of alternating buffers
+// (blockDim.y * blockDim.x / 32 floats each). Every warp combines the row's warp maxima by the same shuffles.
+__device__ __forceinline__ float row_max_once(float v, float* buf) {
+  const int tpr = blockDim.x, width = tpr < 32 ? tpr : 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (tpr <= 32) return v;
+  const int warps = tpr / 32, lane = int(threadIdx.x & 31);
+  float* mine = buf + threadIdx.y * warps;
+  if (lane == 0) mine[threadIdx.x / 32] = v;
+  __syncthreads();
+  float p = lane < warps ? mine[lane] : -INFINITY;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) p = fmaxf(p, __shfl_xor_sync(0xffffffffu, p, o));
+  return p;
+}
+
 }  // namespace tigon::cuda

@@ -33,34 +33,12 @@ struct Args {
 
 __device__ __forceinline__ int64_t row_step() { return int64_t(gridDim.x) * blockDim.y; }
 
-// f(v) over the threads of one row (rows as common/reduce.cuh's row_reduce) with one barrier: lanes combine by
-// shuffles, each warp's partial goes to buf, then every warp combines the row's partials by shuffles (the same tree,
-// so the same bits in every thread). Callers alternate between two buffers: a call's writers may not meet the
-// previous call's readers on the same buffer, and the call in between holds a barrier they all passed.
-template <bool Max>
-__device__ __forceinline__ float row_reduce1(float v, float* buf) {
-  const auto f = [](float x, float y) { return Max ? fmaxf(x, y) : x + y; };
-  const int tpr = blockDim.x, width = tpr < 32 ? tpr : 32;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    if (o < width) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (tpr <= 32) return v;
-  const int warps = tpr / 32, lane = int(threadIdx.x & 31);
-  float* mine = buf + threadIdx.y * warps;
-  if (lane == 0) mine[threadIdx.x / 32] = v;
-  __syncthreads();
-  float p = lane < warps ? mine[lane] : (Max ? -INFINITY : 0.f);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) p = f(p, __shfl_xor_sync(0xffffffffu, p, o));
-  return p;
-}
-
 // Forward, a row in registers: thread x of a row holds vectors x, x + tpr, ... (kNv at most). The max and the sum
-// take one barrier each (row_reduce1, a buffer each).
+// take one barrier each (row_max_once and row_sums<1>, a buffer each).
 template <class T>
 __global__ void fwd_cached(const Args a) {
   constexpr int V = 16 / sizeof(T);
-  __shared__ float buf[2][kMaxThreads / 32];
+  __shared__ __align__(16) float buf[2][kMaxThreads / 32];
   const int64_t nvec = a.cols / V;
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < a.rows; r0 += row_step()) {
     const int64_t row = r0 + threadIdx.y;
@@ -77,14 +55,16 @@ __global__ void fwd_cached(const Args a) {
 #pragma unroll
         for (int j = 0; j < V; ++j) m = fmaxf(m, v[i][j]);
       }
-    m = row_reduce1<true>(m, buf[0]);
+    m = cuda::row_max_once(m, buf[0]);
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < kNv; ++i)
       if (live[i])
 #pragma unroll
         for (int j = 0; j < V; ++j) s += (v[i][j] = expf(v[i][j] - m));
-    const float inv = 1.f / row_reduce1<false>(s, buf[1]);
+    float sum[1] = {s};
+    cuda::row_sums<1>(sum, buf[1]);
+    const float inv = 1.f / sum[0];
     T* y = static_cast<T*>(a.out) + row * a.out_stride + threadIdx.x * V;
 #pragma unroll
     for (int i = 0; i < kNv; ++i)
@@ -100,7 +80,7 @@ __global__ void fwd_cached(const Args a) {
 template <class T>
 __global__ void bwd_cached(const Args a) {
   constexpr int V = 16 / sizeof(T);
-  __shared__ float buf[2][kMaxThreads / 32];
+  __shared__ __align__(16) float buf[2][kMaxThreads / 32];
   const int64_t nvec = a.cols / V;
   int parity = 0;
   for (int64_t r0 = int64_t(blockIdx.x) * blockDim.y; r0 < a.rows; r0 += row_step(), parity ^= 1) {
@@ -121,7 +101,9 @@ __global__ void bwd_cached(const Args a) {
 #pragma unroll
         for (int j = 0; j < V; ++j) dot = fmaf(y[i][j], dy[i][j], dot);
       }
-    dot = row_reduce1<false>(dot, buf[parity]);
+    float d[1] = {dot};
+    cuda::row_sums<1>(d, buf[parity]);
+    dot = d[0];
     T* dx = static_cast<T*>(a.out) + row * a.out_stride + at;
 #pragma unroll
     for (int i = 0; i < kNv; ++i)
