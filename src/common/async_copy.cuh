@@ -99,5 +99,8 @@ __device__ __forceinline__ void st_async_b64(uint32_t dst, uint64_t v, uint32_t 
 // kernel, if so launched, start now rather than when this one's blocks exit.
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Fetches the 128-byte line holding p into L2 and nothing more: L2 is where the GPU's global memory is coherent, so a
+// line fetched before grid_dependency_wait() is still current when it is read after it.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 }  // namespace tigon::cuda

@@ -108,4 +108,14 @@ bool try_launch(LaunchConfig& c, bool pdl, void (*kernel)(Params...), Args... ar
   return false;
 }
 
+// Launches kernel as a programmatic dependent of the kernel before it in the stream, or plainly where the runtime
+// refuses that; a launch refused both ways is an error. The kernel must call grid_dependency_wait() before it reads
+// anything the kernel ahead of it may write, and before it writes anything at all.
+template <class... Params, class... Args>
+void launch_pdl(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(Params...), Args... args) {
+  LaunchConfig c(grid, block, smem, stream);
+  if (try_launch(c, true, kernel, args...)) return;
+  TIGON_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, kernel, args...));  // refused both ways: the runtime says why
+}
+
 }  // namespace tigon::cuda

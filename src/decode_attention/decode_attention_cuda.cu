@@ -1,5 +1,6 @@
 // Decode attention CUDA path: the plan (tensor-core or CUDA-core kernel, query rows per unit, cache chunks), dtype
-// and head-dim dispatch, combine.
+// and head-dim dispatch, combine. The tensor-core kernel and the combine launch as programmatic dependents of the
+// kernel before them: each is resident and waiting when the one ahead ends, instead of launching then.
 #include <algorithm>
 #include <cstdint>
 
@@ -59,8 +60,7 @@ Plan make_plan(const Shape& s, int sms) {
 template <class T, int D>
 void combine(const kern::Args& a, cudaStream_t stream) {
   if (!a.part_out) return;
-  kern::combine<T, D><<<unsigned(int64_t(a.batch) * a.heads_q * a.tq), D, 0, stream>>>(a);
-  TIGON_CUDA_CHECK_LAUNCH();
+  cuda::launch_pdl(dim3(unsigned(int64_t(a.batch) * a.heads_q * a.tq)), dim3(D), 0, stream, kern::combine<T, D>, a);
 }
 
 template <class T, int D>
@@ -68,8 +68,8 @@ void launch_mma(const kern::Args& a, int dev, cudaStream_t stream) {
   constexpr int smem = mma::smem_bytes<D>();  // past the default 48 KB at D 128
   cuda::allow_max_smem(reinterpret_cast<const void*>(mma::decode<T, D>), cuda::device_limits(), dev);
   const int64_t units = int64_t(a.batch) * a.heads_kv * a.row_blocks * a.splits;
-  mma::decode<T, D><<<unsigned(ceil_div(units, mma::kWarps)), mma::kWarps * 32, smem, stream>>>(a);
-  TIGON_CUDA_CHECK_LAUNCH();
+  cuda::launch_pdl(dim3(unsigned(ceil_div(units, mma::kWarps))), dim3(mma::kWarps * 32), smem, stream,
+                   mma::decode<T, D>, a);
   combine<T, D>(a, stream);
 }
 

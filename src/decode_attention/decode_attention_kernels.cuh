@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
 
@@ -207,22 +208,44 @@ __global__ void __launch_bounds__(kThreads) decode(const Args a) {
 }
 
 // out and lse from the splits' partial outputs, weighted by exp(lse_split - max), in split order. One block of D
-// threads per (sequence, query head, new token).
+// threads per (sequence, query head, new token). At batch 1 there are few such rows and many splits (32 rows of 64
+// at 8k context), so each thread's loads are unrolled to keep many in flight: the loop is a chain of L2 round trips
+// otherwise.
 template <class T, int D>
 __global__ void __launch_bounds__(D) combine(const Args a) {
+  cuda::grid_dependency_wait();  // launched as the split kernel's dependent: its partials
+  cuda::allow_dependents();
   const int64_t row = blockIdx.x;  // (b * heads_q + h) * tq + t
   const int t = int(row % a.tq), h = int(row / a.tq % a.heads_q);
   const int64_t b = row / (int64_t(a.tq) * a.heads_q);
   const int d = threadIdx.x;
   const float* lse = a.part_lse + row * a.splits;
+  const float* part = a.part_out + row * a.splits * D + d;
+  constexpr int kBatch = 16;  // loads issued before any is used
   float mm = -INFINITY;
-  for (int s = 0; s < a.splits; ++s) mm = fmaxf(mm, lse[s]);
+  for (int s0 = 0; s0 < a.splits; s0 += kBatch) {
+    float l[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) l[i] = s0 + i < a.splits ? lse[s0 + i] : -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) mm = fmaxf(mm, l[i]);
+  }
   float sum = 0.f, acc = 0.f;
   if (mm != -INFINITY)
-    for (int s = 0; s < a.splits; ++s) {
-      const float w = exp_fast(lse[s] - mm);
-      sum += w;
-      acc += w * a.part_out[(row * a.splits + s) * D + d];
+    for (int s0 = 0; s0 < a.splits; s0 += kBatch) {
+      float l[kBatch], p[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const bool in = s0 + i < a.splits;  // past the end: weight 0 and value 0, which leave the sums as they are
+        l[i] = in ? lse[s0 + i] : -INFINITY;
+        p[i] = in ? part[int64_t(s0 + i) * D] : 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const float w = exp_fast(l[i] - mm);
+        sum += w;
+        acc += w * p[i];
+      }
     }
   static_cast<T*>(a.out)[b * a.o_b + t * a.o_t + h * a.o_h + d] = cuda::from_f<T>(sum > 0.f ? acc / sum : 0.f);
   if (d == 0 && a.lse) a.lse[row] = sum > 0.f ? mm + logf(sum) : -INFINITY;

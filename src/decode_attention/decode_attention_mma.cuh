@@ -58,6 +58,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode(const kern::Args a) {
   const int hkv = int(unit / (int64_t(a.splits) * a.row_blocks) % a.heads_kv);
   const int b = int(unit / (int64_t(a.splits) * a.row_blocks * a.heads_kv));
   const uint32_t ring = cuda::smem_addr(smem + warp * kStages * 2 * kTileBytes);  // [stage][K tile, V tile]
+  // Launched as a programmatic dependent: the lengths, q and the cache's new rows come from the kernels ahead.
+  cuda::grid_dependency_wait();
 
   const int len = min(max(a.seqlens[b], 0), a.s_max), first_pos = len - a.tq;
   const int start = a.starts ? min(max(a.starts[b], 0), len) : 0;  // keys before it (left padding) stay hidden
@@ -180,6 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode(const kern::Args a) {
     __syncwarp();  // every lane done with this stage before a later iteration refills it
   }
   cuda::cp_async_wait<0>();
+  cuda::allow_dependents();  // the combine may launch now and wait for this grid's writes
 
   // The row sums over each row's 4 lanes, then the chunk's normalised output and lse per row.
 #pragma unroll

@@ -1,8 +1,11 @@
 // GEMV CUDA path: the plan (rows of x per block, K split, tile), dtype and vector-width dispatch, the combine pass.
+// Both kernels launch as programmatic dependents of the kernel before them: in a decode step, where one small GEMV
+// follows another, each starts its weight stream while the one ahead finishes (docs/performance/decode.md).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cluster_launch.h"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
@@ -61,8 +64,7 @@ void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
     a.m0 = z0 * MT;
     const dim3 grid(unsigned(ceil_div(a.N, kBlockRows)), unsigned(p.splits),
                     unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
-    kern::gemv<T, MT, V, W><<<grid, kern::kThreads, smem, stream>>>(a);
-    TIGON_CUDA_CHECK_LAUNCH();
+    cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, kern::gemv<T, MT, V, W>, a);
   }
 }
 
@@ -90,8 +92,8 @@ void launch(const Problem& pr, const Plan& p, float* partial, cudaStream_t strea
     launch_mt<T, 1, W>(a, p, stream);
   if (!partial) return;
   const int64_t blocks = std::min<int64_t>(ceil_div(pr.x.rows * pr.w.rows, 256), 4096);
-  kern::combine<T, !std::is_same_v<T, W>><<<unsigned(blocks), 256, 0, stream>>>(a, int(p.splits));
-  TIGON_CUDA_CHECK_LAUNCH();
+  cuda::launch_pdl(dim3(unsigned(blocks)), dim3(256), 0, stream, kern::combine<T, !std::is_same_v<T, W>>, a,
+                   int(p.splits));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
 
@@ -173,6 +174,16 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
     wrow[r] = w + (n0 + r < a.N ? n0 + r : a.N - 1) * a.w_stride;
 
   constexpr int kStride = 32 * V;  // elements a warp covers per step
+  // Launched as a programmatic dependent (gemv_cuda.cu): until the kernel ahead has finished, only the first step's
+  // lines of W are fetched into L2 (W is not what a decode step's previous kernel writes, and an L2 line is current
+  // either way), so the weight stream starts while that kernel drains; x and every write wait.
+  if (n0 < a.N)
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        if (k_begin + lane * V + u * kStride < k_end) cuda::prefetch_l2(wrow[r] + k_begin + lane * V + u * kStride);
+  cuda::grid_dependency_wait();
   float acc[kRowsPerWarp][MT] = {};
   for (int64_t t0 = k_begin; t0 < k_end; t0 += a.tile_k) {
     const int len = int(k_end - t0 < a.tile_k ? k_end - t0 : a.tile_k);
@@ -197,6 +208,7 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
       fma_step<T, W, MT, V>(wv, xs, a.tile_k, c, acc);
     }
   }
+  cuda::allow_dependents();  // the combine (or the next kernel) may launch and wait for this grid's writes
   if (n0 >= a.N) return;
 
   constexpr int kSums = kRowsPerWarp * MT, kLanesPerSum = 32 / kSums;
@@ -222,6 +234,8 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
 // y[m, n] = sum over splits, in split order, of partial[split][m][n] (times w_scale[n] when scaled) (+ bias[n]).
 template <class T, bool Scaled = false>
 __global__ void __launch_bounds__(256) combine(const Args a, int splits) {
+  cuda::grid_dependency_wait();  // launched as the split kernel's dependent: its partials
+  cuda::allow_dependents();
   const int64_t total = a.M * a.N;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float s = 0.f;

@@ -117,10 +117,12 @@ class Engine:
         """The decode step: rows sequences, one token each, through every layer against cache slots [0, length)."""
         s, d = self.spec, self.decoder
         start = self.start[:rows]
+        # int32 per row, once per step: what the attention kernel takes, shared by every layer
+        lengths, starts = (self.slot + 1).to(torch.int32).expand(rows).contiguous(), start.to(torch.int32)
 
         def attend(i, layer, q, k, v):
             keys, values = self.cache.write_token(i, self.slot, k, v, length)
-            return _decode_attention(q, keys, values, self.slot + 1, start, s.scale, s.attn_softcap, layer.window)
+            return _decode_attention(q, keys, values, lengths, starts, s.scale, s.attn_softcap, layer.window)
 
         h = d.hidden(d.embed(self.tokens[:rows, None]), (self.slot - start)[:, None], attend)
         self._emit(rows, d.logits(h[:, -1]).float(), sampling)

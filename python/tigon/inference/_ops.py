@@ -1,18 +1,43 @@
-"""The compute primitives the inference path calls, each in one function so that Tigon's decode kernels (a skinny
-GEMM for the projections, a split-KV attention over the static cache) replace its body without touching the loop.
+"""The compute primitives the inference path calls, each in one function: Tigon's decode kernels where they apply
+(a GEMV for the projections of up to 16 rows, split-KV attention over the static cache: 16-bit dtypes on an sm_90
+GPU), torch elsewhere (matmul, SDPA: the prompt, the CPU, fp32).
 
-The bodies are torch (matmul, SDPA): correct on the CPU and on a GPU, and every one capturable in a CUDA graph (no
-host reads of device data, shapes fixed by their arguments).
+Every body is capturable in a CUDA graph (no host reads of device data, shapes fixed by their arguments).
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
+
+from tigon.ops.decode_attention import decode_attention
+from tigon.ops.gemv import gemv
+
+GEMV_MAX_ROWS = 16  # the GEMV kernel's design point; more rows are a GEMM's (cuBLAS through F.linear)
+DECODE_HEAD_DIMS = (64, 80, 96, 128, 256)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm90(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device) == (9, 0)
+
+
+def _tigon_kernels(x: torch.Tensor) -> bool:
+    """Whether Tigon's CUDA decode kernels take x's dtype on x's device (built for sm_90a)."""
+    return x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and _sm90(x.device)
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias): every projection of the model, prompt and decode alike (a GEMV at batch 1)."""
+    if (
+        x.numel() <= GEMV_MAX_ROWS * x.shape[-1]
+        and _tigon_kernels(x)
+        and weight.dtype == x.dtype
+        and (bias is None or bias.dtype == x.dtype)
+    ):
+        return gemv(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
@@ -67,18 +92,30 @@ def _decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    cache_len: torch.Tensor,
+    lengths: torch.Tensor,
     start: torch.Tensor,
     scale: float,
     softcap: float | None = None,
     window: int | None = None,
 ) -> torch.Tensor:
     """One query token per sequence against its cache: q [B, H, 1, D], k_cache and v_cache [B, Hkv, S, D] (the
-    current token already written), cache_len a one-element device tensor (slots filled, the current one included),
-    start [B] the first slot each sequence uses (left padding before it). A sliding window keeps the last `window`
+    current token already written), lengths int32 [B] on the device (slots filled, the current one included), start
+    int32 [B] the first slot each sequence uses (left padding before it). A sliding window keeps the last `window`
     slots. Returns [B, H, 1, D]. Static shapes: the same call serves every step of a CUDA graph."""
+    if _tigon_kernels(q) and q.shape[-1] in DECODE_HEAD_DIMS:
+        out = decode_attention(
+            q.transpose(1, 2),
+            k_cache.transpose(1, 2),
+            v_cache.transpose(1, 2),
+            lengths,
+            scale=scale,
+            softcap=softcap or 0.0,
+            window=-1 if window is None else window,
+            cache_starts=start,
+        )
+        return out.transpose(1, 2)
     slots = torch.arange(k_cache.shape[2], device=q.device)
-    allowed = (slots >= start[:, None]) & (slots < cache_len)
+    allowed = (slots >= start[:, None]) & (slots < lengths[:, None])
     if window is not None:
-        allowed &= slots >= cache_len - window
+        allowed &= slots >= lengths[:, None] - window
     return _grouped_attention(q, k_cache, v_cache, allowed[:, None], scale, softcap)
