@@ -77,6 +77,27 @@ def test_forward_logits_match_transformers(name, dtype):
     torch.testing.assert_close(got[valid].float(), expected[valid].float(), **tol)
 
 
+@pytest.mark.parametrize("name", PARAMS)
+def test_tigon_kernel_path_matches_transformers(monkeypatch, name):
+    """The step as it runs where Tigon's kernels apply (16-bit on sm_90: GEMV, decode attention, fused residual add +
+    RMSNorm, RoPE, SwiGLU / GeGLU), here on those ops' CPU references in fp32: the prompt's logits and greedy
+    tokens as transformers'."""
+    from tigon.inference import _decoder, _ops
+
+    for module in (_ops, _decoder):
+        monkeypatch.setattr(module, "_tigon_kernels", lambda x: True)
+    ref, opt = pair(name)
+    ids, mask = prompts()
+    with torch.no_grad():
+        expected, got = ref(ids, attention_mask=mask).logits, opt(ids, attention_mask=mask).logits
+    valid = mask.bool()
+    scale = expected[valid].abs().max().item()
+    torch.testing.assert_close(got[valid], expected[valid], atol=1e-5 * scale, rtol=1e-5)
+    kw = dict(attention_mask=mask, max_new_tokens=32, do_sample=False)
+    with no_fallback():
+        assert torch.equal(opt.generate(ids, **kw), ref.generate(ids, **kw))
+
+
 def test_unsupported_family_is_returned_unchanged():
     model = build("mixtral").eval()
     forward, generate = model.forward, model.generate

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tigon.inference._ops import _linear, _rope
+from tigon.inference._ops import _add_rms_norm, _glu, _linear, _rms_norm, _rope, _tigon_kernels
 from tigon.inference._spec import Layer, Spec
 
 
@@ -37,9 +37,27 @@ class Decoder:
         """h [B, T, hidden] at positions [B, T] through every block and the final norm."""
         s = self.spec
         angles = {key: (cos[positions], sin[positions]) for key, (cos, sin) in self.rope_tables.items()}
+        if s.placement == "pre" and s.residual_multiplier == 1.0 and s.norm is not None and _tigon_kernels(h):
+            return self._fused_pre_norm(h, angles, attend)
         for i, layer in enumerate(s.layers):
             h = self._block(i, layer, h, *angles[layer.rope], attend)
-        return s.backbone.norm(h)
+        return _rms_norm(h, s.backbone.norm, s.norm)
+
+    def _fused_pre_norm(self, h: torch.Tensor, angles: dict, attend) -> torch.Tensor:
+        """Pre-norm blocks with every residual add fused into the norm after it (Tigon's add_rms_norm): a block's
+        MLP output joins the stream in the next block's input norm, the last one in the final norm."""
+        s = self.spec
+        pending = None
+        for i, layer in enumerate(s.layers):
+            block = layer.block
+            if pending is None:
+                x = _rms_norm(h, block.input_layernorm, s.norm)
+            else:
+                x, h = _add_rms_norm(pending, h, block.input_layernorm, s.norm)
+            a = self._attention(i, layer, x, *angles[layer.rope], attend)
+            x, h = _add_rms_norm(a, h, block.post_attention_layernorm, s.norm)
+            pending = self._mlp(layer.mlp, x)
+        return _add_rms_norm(pending, h, s.backbone.norm, s.norm)[0]
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         s = self.spec
@@ -54,17 +72,21 @@ class Decoder:
         m = self.spec.residual_multiplier
         return h + (branch if m == 1.0 else branch * m)
 
+    def _norm(self, module, x: torch.Tensor) -> torch.Tensor:
+        return _rms_norm(x, module, self.spec.norm)
+
     def _block(self, i: int, layer: Layer, h, cos, sin, attend) -> torch.Tensor:
-        block, placement = layer.block, self.spec.placement
+        block, placement, norm = layer.block, self.spec.placement, self._norm
         if placement == "post":
-            h = h + block.post_attention_layernorm(self._attention(i, layer, h, cos, sin, attend))
-            return h + block.post_feedforward_layernorm(self._mlp(layer.mlp, h))
-        a = self._attention(i, layer, block.input_layernorm(h), cos, sin, attend)
+            h = h + norm(block.post_attention_layernorm, self._attention(i, layer, h, cos, sin, attend))
+            return h + norm(block.post_feedforward_layernorm, self._mlp(layer.mlp, h))
+        a = self._attention(i, layer, norm(block.input_layernorm, h), cos, sin, attend)
         if placement == "sandwich":
-            h = h + block.post_attention_layernorm(a)
-            return h + block.post_feedforward_layernorm(self._mlp(layer.mlp, block.pre_feedforward_layernorm(h)))
+            h = h + norm(block.post_attention_layernorm, a)
+            mlp_in = norm(block.pre_feedforward_layernorm, h)
+            return h + norm(block.post_feedforward_layernorm, self._mlp(layer.mlp, mlp_in))
         h = self._residual(h, a)
-        return self._residual(h, self._mlp(layer.mlp, block.post_attention_layernorm(h)))
+        return self._residual(h, self._mlp(layer.mlp, norm(block.post_attention_layernorm, h)))
 
     def _attention(self, i: int, layer: Layer, x, cos, sin, attend) -> torch.Tensor:
         s, a = self.spec, layer.attn
@@ -78,10 +100,10 @@ class Decoder:
             q, k, v = (_linear(x, p.weight, p.bias) for p in (a.q_proj, a.k_proj, a.v_proj))
         has_norms = hasattr(a, "q_norm")
         if has_norms and not layer.head_norm:  # OLMo 2: over the whole projection
-            q, k = a.q_norm(q), a.k_norm(k)
+            q, k = self._norm(a.q_norm, q), self._norm(a.k_norm, k)
         q, k, v = (y.reshape(b, t, -1, d) for y in (q, k, v))
         if has_norms and layer.head_norm:
-            q, k = a.q_norm(q), a.k_norm(k)
+            q, k = self._norm(a.q_norm, q), self._norm(a.k_norm, k)
         q, k = _rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
         out = attend(i, layer, q, k, v.transpose(1, 2))
         return _linear(out.transpose(1, 2).reshape(b, t, -1), a.o_proj.weight, a.o_proj.bias)
@@ -92,4 +114,5 @@ class Decoder:
         else:
             gate = _linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
             up = _linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
-        return _linear(self.spec.activation(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        s = self.spec
+        return _linear(_glu(gate, up, s.glu, s.activation), mlp.down_proj.weight, mlp.down_proj.bias)

@@ -14,6 +14,9 @@ import torch.nn.functional as F
 
 from tigon.ops.decode_attention import decode_attention
 from tigon.ops.gemv import gemv
+from tigon.ops.rms_norm import add_rms_norm, rms_norm
+from tigon.ops.rope import rope
+from tigon.ops.swiglu import geglu, swiglu
 
 GEMV_MAX_ROWS = 16  # the GEMV kernel's design point; more rows are a GEMM's (cuBLAS through F.linear)
 DECODE_HEAD_DIMS = (64, 80, 96, 128, 256)
@@ -41,6 +44,37 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return F.linear(x, weight, bias)
 
 
+def _eps(norm: torch.nn.Module) -> float:
+    eps = getattr(norm, "variance_epsilon", None)
+    return getattr(norm, "eps", 1e-6) if eps is None else eps
+
+
+def _rms_norm(x: torch.Tensor, module: torch.nn.Module, norm: tuple | None) -> torch.Tensor:
+    """The model's RMSNorm module applied to x: Tigon's kernel where it applies (norm: the family's (offset, casting
+    mode), None for a norm it does not reproduce), the module's own forward elsewhere."""
+    if norm is not None and _tigon_kernels(x):
+        return rms_norm(x, module.weight, _eps(module), *norm)
+    return module(x)
+
+
+def _add_rms_norm(branch: torch.Tensor, h: torch.Tensor, module: torch.nn.Module, norm: tuple | None):
+    """A pre-norm block's residual step: h + branch, then the norm of it, in one kernel where Tigon's applies.
+    Returns (normed, new h)."""
+    if norm is not None and _tigon_kernels(h):
+        return add_rms_norm(branch, h, module.weight, _eps(module), *norm)
+    h = h + branch
+    return module(h), h
+
+
+def _glu(gate: torch.Tensor, up: torch.Tensor, glu: str | None, activation) -> torch.Tensor:
+    """activation(gate) * up: one kernel (tigon.ops.swiglu / geglu) where Tigon's applies, glu naming its activation."""
+    if glu is not None and _tigon_kernels(gate):
+        if glu == "silu":
+            return swiglu(gate, up)
+        return geglu(gate, up, approximate="tanh" if glu == "gelu_tanh" else "none")
+    return activation(gate) * up
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -49,7 +83,10 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     """Rotate-half RoPE of [B, H, T, D] q and k by [B, T, R] tables, R <= D (the first R dims rotate: Phi-3's partial
     rotary), in transformers' order of operations so the results match it bit for bit. Tables kept in fp32 (OLMo 2's)
-    rotate in fp32, rounded back to the input's dtype once."""
+    rotate in fp32, rounded back to the input's dtype once. Tigon's kernel, where it applies, rotates in fp32 and rounds
+    once."""
+    if _tigon_kernels(q):
+        return rope(q, k, cos, sin, layout="bhtd")
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     rotary = cos.shape[-1]
 

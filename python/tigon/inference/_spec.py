@@ -27,6 +27,14 @@ NORM_PLACEMENT = {
     "gemma3_text": "sandwich",
     "olmo2": "post",
 }
+# transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
+GLU_KERNELS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu": "gelu",
+}
 # RoPE types whose angles depend on the position alone; "dynamic" and "longrope" also qualify while every position
 # stays within the pre-training length (they rescale only past it)
 POSITION_ONLY_ROPE = {"default", "linear", "llama3", "yarn"}
@@ -58,6 +66,8 @@ class Spec:
     head_dim: int
     scale: float
     activation: object
+    glu: str | None  # the gated MLP's activation as Tigon's GLU kernels name it ("silu", "gelu_tanh", "gelu"), or None
+    norm: tuple | None  # the family's RMSNorm as Tigon's kernel takes it: (offset, casting mode), or None
     attn_softcap: float | None
     final_softcap: float | None
     embed_multiplier: float | None  # Granite's embedding_multiplier, or sqrt(hidden) for a Gemma unscaled embedding
@@ -154,7 +164,7 @@ def read_spec(model, max_seq_len: int) -> Spec | str:
         problem = problem or _layer_problem(block)
     if problem:
         return problem
-    from tigon.transformers._families import BY_MODEL_TYPE
+    from tigon.transformers._families import BY_MODEL_TYPE, NORMS
     from transformers.activations import ACT2FN
 
     model_type = config.model_type
@@ -192,6 +202,8 @@ def read_spec(model, max_seq_len: int) -> Spec | str:
         head_dim=first.head_dim,
         scale=first.scaling,
         activation=ACT2FN[getattr(config, family.act_attr)],
+        glu=GLU_KERNELS.get(getattr(config, family.act_attr)),
+        norm=NORMS[family.norm][:2] if family.norm else None,
         attn_softcap=getattr(config, "attn_logit_softcapping", None) if model_type in ATTENTION_SOFTCAP else None,
         final_softcap=getattr(config, "final_logit_softcapping", None),
         embed_multiplier=embed_multiplier,
