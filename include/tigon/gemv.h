@@ -12,9 +12,9 @@
  * K >= 1; M and N may be 0 (nothing is written). Element counts may pass 2^31.
  * Aliasing: y may not overlap x, weight or bias.
  *
- * Workspace: when N is small next to the GPU (or K long), the CUDA path splits K across blocks and writes fp32
- * partial sums to the workspace, then adds them in a fixed order (deterministic: the same bits on every run).
- * tigon_gemv_workspace_size reports the bytes from the shapes, dtype and device alone (0 on the CPU).
+ * Workspace: none today (tigon_gemv_workspace_size reports 0). When N is small next to the GPU the CUDA path splits
+ * K across the blocks of a thread block cluster, which add their fp32 partial sums in a fixed order (deterministic:
+ * the same bits on every run). The query stays so that a plan needing memory can come without an API change.
  */
 #ifndef TIGON_GEMV_H_
 #define TIGON_GEMV_H_
@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-/* Bytes of workspace tigon_gemv needs for these x and weight (0 when K is not split, and on the CPU). */
+/* Bytes of workspace tigon_gemv needs for these x and weight (0 at present). */
 TIGON_API tigon_status_t tigon_gemv_workspace_size(const tigon_tensor* x, const tigon_tensor* weight, size_t* bytes);
 
 /* y = x weight^T (+ bias). bias may be NULL. stream: a cudaStream_t, ignored on the CPU. */

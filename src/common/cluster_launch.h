@@ -72,16 +72,20 @@ struct LaunchConfig {
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg;
   int plain = 0;  // attributes without programmatic dependent launch
-  LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, unsigned cluster = 0) : attr(), cfg() {
+  LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, unsigned cluster = 0)
+      : LaunchConfig(grid, block, smem, stream, dim3(cluster, cluster > 0 ? 1 : 0, cluster > 0 ? 1 : 0)) {}
+  // cluster: the cluster's shape, or x = 0 for none
+  LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, dim3 cluster) : attr(), cfg() {
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
-    if (cluster > 0) {
+    if (cluster.x > 0) {
       attr[plain].id = cudaLaunchAttributeClusterDimension;
-      attr[plain].val.clusterDim.x = cluster;
-      attr[plain].val.clusterDim.y = attr[plain].val.clusterDim.z = 1;
+      attr[plain].val.clusterDim.x = cluster.x;
+      attr[plain].val.clusterDim.y = cluster.y;
+      attr[plain].val.clusterDim.z = cluster.z;
       ++plain;
     }
     attr[plain].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -111,11 +115,17 @@ bool try_launch(LaunchConfig& c, bool pdl, void (*kernel)(Params...), Args... ar
 // Launches kernel as a programmatic dependent of the kernel before it in the stream, or plainly where the runtime
 // refuses that; a launch refused both ways is an error. The kernel must call grid_dependency_wait() before it reads
 // anything the kernel ahead of it may write, and before it writes anything at all.
+// cluster: the thread block cluster's shape (x = 0: none).
 template <class... Params, class... Args>
-void launch_pdl(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(Params...), Args... args) {
-  LaunchConfig c(grid, block, smem, stream);
+void launch_pdl(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, dim3 cluster, void (*kernel)(Params...),
+                Args... args) {
+  LaunchConfig c(grid, block, smem, stream, cluster);
   if (try_launch(c, true, kernel, args...)) return;
   TIGON_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, kernel, args...));  // refused both ways: the runtime says why
+}
+template <class... Params, class... Args>
+void launch_pdl(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(Params...), Args... args) {
+  launch_pdl(grid, block, smem, stream, dim3(0, 0, 0), kernel, args...);
 }
 
 }  // namespace tigon::cuda

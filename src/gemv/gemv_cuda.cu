@@ -1,6 +1,6 @@
-// GEMV CUDA path: the plan (rows of x per block, K split, tile), dtype and vector-width dispatch, the combine pass.
-// Both kernels launch as programmatic dependents of the kernel before them: in a decode step, where one small GEMV
-// follows another, each starts its weight stream while the one ahead finishes (docs/performance/decode.md).
+// GEMV CUDA path: the plan (rows of x per block, K split over a cluster, tile), dtype and vector-width dispatch. The
+// kernel launches as a programmatic dependent of the kernel before it: in a decode step, where one small GEMV follows
+// another, each starts its weight stream while the one ahead finishes (docs/performance/decode.md).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -22,7 +22,7 @@ using kern::kWarps;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// The launch shape, from M, N, K, the dtype and the multiprocessor count alone (the workspace size follows from it).
+// The launch shape, from M, N, K, the dtype and the multiprocessor count alone.
 struct Plan {
   int mt = 1;              // rows of x per block: a power of two up to 16
   int64_t row_chunks = 1;  // blocks along z (in launches of at most kMaxGridZ)
@@ -36,6 +36,8 @@ struct Plan {
 constexpr int64_t kTargetWarpsPerSm = 48;
 // Each split keeps at least two steps of the warp's 512-byte stride per lane (bf16: 512 elements).
 constexpr int64_t kMinSplitK = 512;
+// The splits of K of one tile form a thread block cluster: at most 8 blocks, the portable cluster size.
+constexpr int64_t kMaxSplits = 8;
 constexpr int64_t kMaxGridZ = 65535;
 
 Plan make_plan(int64_t M, int64_t N, int64_t K, DType dtype, int sms) {
@@ -44,7 +46,7 @@ Plan make_plan(int64_t M, int64_t N, int64_t K, DType dtype, int sms) {
   p.row_chunks = ceil_div(M, p.mt);
   const int64_t warps = ceil_div(N, kBlockRows) * kWarps * p.row_chunks;
   const int64_t target = kTargetWarpsPerSm * sms;
-  if (warps < target) p.splits = std::min(ceil_div(target, warps), std::max<int64_t>(1, K / kMinSplitK));
+  if (warps < target) p.splits = std::min({ceil_div(target, warps), std::max<int64_t>(1, K / kMinSplitK), kMaxSplits});
   p.k_split = round_up(ceil_div(K, p.splits), kKAlign);
   p.splits = ceil_div(K, p.k_split);
   const int64_t tile_max = kern::kTileBytes / (p.mt * dtype_bytes(dtype)) / kKAlign * kKAlign;
@@ -64,7 +66,8 @@ void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
     a.m0 = z0 * MT;
     const dim3 grid(unsigned(ceil_div(a.N, kBlockRows)), unsigned(p.splits),
                     unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
-    cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, kern::gemv<T, MT, V, W>, a);
+    const dim3 cluster = p.splits > 1 ? dim3(1, unsigned(p.splits), 1) : dim3(0, 0, 0);
+    cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, cluster, kern::gemv<T, MT, V, W>, a);
   }
 }
 
@@ -81,39 +84,31 @@ void launch_mt(const kern::Args& a, const Plan& p, cudaStream_t stream) {
 
 // W: the weight's element type, T or int8_t (then pr.w_scale holds a scale per row of W).
 template <class T, class W>
-void launch(const Problem& pr, const Plan& p, float* partial, cudaStream_t stream) {
-  kern::Args a{pr.x.data, pr.w.data,       pr.bias,         pr.y.data,       pr.w_scale, partial,  pr.x.rows, pr.w.rows,
-               pr.x.cols, pr.x.row_stride, pr.w.row_stride, pr.y.row_stride, p.k_split,  p.tile_k, 0};
+void launch(const Problem& pr, const Plan& p, cudaStream_t stream) {
+  kern::Args a{pr.x.data, pr.w.data,       pr.bias,         pr.y.data,       pr.w_scale, pr.x.rows, pr.w.rows,
+               pr.x.cols, pr.x.row_stride, pr.w.row_stride, pr.y.row_stride, p.k_split,  p.tile_k,  0};
   constexpr int V = 16 / sizeof(W);  // elements of W per 16-byte load (x: 16 / sizeof(T) per load, V per W load)
   const bool vec = pr.x.cols % V == 0 && rows_aligned(pr.x) && rows_aligned(pr.w);
   if (vec)
     launch_mt<T, V, W>(a, p, stream);
   else
     launch_mt<T, 1, W>(a, p, stream);
-  if (!partial) return;
-  const int64_t blocks = std::min<int64_t>(ceil_div(pr.x.rows * pr.w.rows, 256), 4096);
-  cuda::launch_pdl(dim3(unsigned(blocks)), dim3(256), 0, stream, kern::combine<T, !std::is_same_v<T, W>>, a,
-                   int(p.splits));
 }
 
 }  // namespace
 
-size_t cuda_workspace_bytes(int64_t M, int64_t N, int64_t K, DType dtype, int device) {
-  if (M == 0 || N == 0) return 0;
-  const Plan p = make_plan(M, N, K, dtype, sm_count(device));
-  return p.splits > 1 ? size_t(p.splits) * size_t(M) * size_t(N) * sizeof(float) : 0;
-}
+// Split K meets in shared memory within a cluster: no workspace.
+size_t cuda_workspace_bytes(int64_t, int64_t, int64_t, DType, int) { return 0; }
 
-void run_cuda(const Problem& pr, void* workspace, size_t, void* stream_ptr) {
+void run_cuda(const Problem& pr, void*, size_t, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   const Plan p = make_plan(pr.x.rows, pr.w.rows, pr.x.cols, pr.x.dtype, sm_count(device));
-  float* partial = p.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   if (pr.w.dtype == DType::kInt8) {
-    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, int8_t>(pr, p, partial, stream));
+    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, int8_t>(pr, p, stream));
   } else {
-    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, T>(pr, p, partial, stream));
+    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, T>(pr, p, stream));
   }
 }
 

@@ -8,13 +8,15 @@
 // from shared memory: per W byte read from memory, M/2 bytes of x read from shared memory. The W loads bypass L1
 // (each byte is read once) and accumulate in fp32 registers, acc[row of W][row of x]; at the end one reduce-scatter
 // over the warp's lanes leaves each sum in one lane, which writes y (plus the bias) or, when K is split across
-// blocks, an fp32 partial that the combine kernel adds up in split order.
+// the blocks of a thread block cluster, its share to shared memory, where the cluster's first block adds the shares
+// up in split order (deterministic, one launch, no workspace).
 //
 // Weight-only int8 (tigon_gemv_int8) is the same kernel with W's element type int8_t: a 16-byte load of W carries 16
 // weights, so a lane multiplies each W vector by 32 bytes of x (two 16-byte shared-memory reads of 16-bit x), and the
-// per-output-channel scale multiplies the finished sum (in the kernel, or in the combine pass when K is split).
+// per-output-channel scale multiplies the finished sum.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -25,6 +27,8 @@
 #include "common/reduce.cuh"
 
 namespace tigon::gemv::kern {
+
+namespace cg = cooperative_groups;
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kRowsPerWarp = 2;                    // rows of W a warp owns
@@ -40,7 +44,6 @@ struct Args {
   const void* bias;  // nullptr: none
   void* y;
   const float* w_scale;  // int8 W: one scale per row of W (else unused)
-  float* partial;        // [splits][M][N] fp32 when K is split, else nullptr
   int64_t M, N, K;
   int64_t x_stride, w_stride, y_stride;
   int64_t k_split;  // elements of K per split (a multiple of kKAlign)
@@ -156,8 +159,17 @@ __device__ __forceinline__ void fma_step(const Raw<W, V> (&wv)[kRowsPerWarp], co
   }
 }
 
-// grid: (ceil(N / kBlockRows), splits, row chunks of MT); dynamic shared memory MT * tile_k * sizeof(T). W: the
-// weight's element type (T, or int8_t with a scale per row); V: elements of W per load (16 bytes, or one).
+// y[row, n] from its finished sum: times the row of W's scale for int8 W, plus the bias, rounded once.
+template <class T, class W>
+__device__ __forceinline__ void write_y(const Args& a, int64_t row, int64_t n, float s) {
+  if constexpr (!std::is_same_v<T, W>) s *= a.w_scale[n];
+  const float b = a.bias ? cuda::to_f<T>(static_cast<const T*>(a.bias)[n]) : 0.f;
+  static_cast<T*>(a.y)[row * a.y_stride + n] = cuda::from_f<T>(s + b);
+}
+
+// grid: (ceil(N / kBlockRows), splits, row chunks of MT), clusters of (1, splits, 1) when K is split; dynamic shared
+// memory MT * tile_k * sizeof(T). W: the weight's element type (T, or int8_t with a scale per row); V: elements of W
+// per load (16 bytes, or one).
 template <class T, int MT, int V, class W = T>
 __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -208,43 +220,40 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
       fma_step<T, W, MT, V>(wv, xs, a.tile_k, c, acc);
     }
   }
-  cuda::allow_dependents();  // the combine (or the next kernel) may launch and wait for this grid's writes
-  if (n0 >= a.N) return;
+  cuda::allow_dependents();  // the next kernel may launch and wait for this grid's writes
 
   constexpr int kSums = kRowsPerWarp * MT, kLanesPerSum = 32 / kSums;
-  float v[kSums];
+  float s = 0.f;
+  if (n0 < a.N) {  // warp-uniform
+    float v[kSums];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
+    for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
-    for (int m = 0; m < MT; ++m) v[r * MT + m] = acc[r][m];
-  float s = cuda::reduce_scatter<kSums>(v, 32);  // lane l holds sum l / kLanesPerSum
-  if (lane % kLanesPerSum != 0) return;
+      for (int m = 0; m < MT; ++m) v[r * MT + m] = acc[r][m];
+    s = cuda::reduce_scatter<kSums>(v, 32);  // lane l holds sum l / kLanesPerSum
+  }
+  const bool owner = n0 < a.N && lane % kLanesPerSum == 0;
   const int idx = lane / kLanesPerSum, r = idx / MT, m = idx % MT;
-  const int64_t n = n0 + r, row = m0 + m;
-  if (n >= a.N || row >= a.M) return;
-  if (a.partial) {
-    a.partial[(int64_t(blockIdx.y) * a.M + row) * a.N + n] = s;
-  } else {
-    if constexpr (!std::is_same_v<T, W>) s *= a.w_scale[n];
-    const float b = a.bias ? cuda::to_f<T>(static_cast<const T*>(a.bias)[n]) : 0.f;
-    static_cast<T*>(a.y)[row * a.y_stride + n] = cuda::from_f<T>(s + b);
+  if (gridDim.y == 1) {
+    if (owner && n0 + r < a.N && m0 + m < a.M) write_y<T, W>(a, m0 + m, n0 + r, s);
+    return;
   }
-}
-
-// y[m, n] = sum over splits, in split order, of partial[split][m][n] (times w_scale[n] when scaled) (+ bias[n]).
-template <class T, bool Scaled = false>
-__global__ void __launch_bounds__(256) combine(const Args a, int splits) {
-  cuda::grid_dependency_wait();  // launched as the split kernel's dependent: its partials
-  cuda::allow_dependents();
-  const int64_t total = a.M * a.N;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int sp = 0; sp < splits; ++sp) s += a.partial[sp * total + i];
-    const int64_t m = i / a.N, n = i - m * a.N;
-    if constexpr (Scaled) s *= a.w_scale[n];
-    if (a.bias) s += cuda::to_f<T>(static_cast<const T*>(a.bias)[n]);
-    static_cast<T*>(a.y)[m * a.y_stride + n] = cuda::from_f<T>(s);
+  // K split over the blocks of one cluster (gridDim.y of them): each block leaves its sums in shared memory and the
+  // cluster's first block adds them up in split order, reading the others' through distributed shared memory.
+  __shared__ float part[kBlockRows * MT];  // [row of W in the block][row of x]
+  if (owner) part[(warp * kRowsPerWarp + r) * MT + m] = s;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (cluster.block_rank() == 0) {
+    for (int t = threadIdx.x; t < kBlockRows * MT; t += kThreads) {
+      const int64_t n = int64_t(blockIdx.x) * kBlockRows + t / MT, row = m0 + t % MT;
+      if (n >= a.N || row >= a.M) continue;
+      float sum = 0.f;
+      for (unsigned rank = 0; rank < gridDim.y; ++rank) sum += cluster.map_shared_rank(part, rank)[t];
+      write_y<T, W>(a, row, n, sum);
+    }
   }
+  cluster.sync();  // every block's shared memory stays until the first block has read it
 }
 
 }  // namespace tigon::gemv::kern

@@ -78,7 +78,7 @@ def test_torch_compile_fullgraph_equals_eager(device):
 
 @needs_cuda
 def test_cuda_graph_replay_and_determinism():
-    x, w, b = make(2, 4096, 4096, torch.bfloat16, "cuda")  # few columns: K is split (workspace, combine pass)
+    x, w, b = make(2, 4096, 4096, torch.bfloat16, "cuda")  # few columns: K is split over a cluster
     static_x = x.clone()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
