@@ -9,7 +9,7 @@ import torch
 
 from conftest import DEVICES, backward_with_fresh_gradients, needs_cuda
 from tigon.nn.rope import apply_rotary_pos_emb
-from tigon.ops.rope import rope
+from tigon.ops.rope import rope, rope_one
 from tolerances import assert_close
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -301,3 +301,26 @@ def test_device_mismatch_names_the_argument():
     cos, sin = make_tables(1, 3, 8, False, "cpu")
     with pytest.raises(ValueError, match="'cos'"):
         rope(q, k, cos, sin)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["bhtd", "bthd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_one_is_rope_of_one_tensor(device, layout, dtype):
+    """rope_one(x) (Gemma 4 rotates q and k in separate calls): rope's q output and gradient, bit for bit, with a
+    partial-rotary table."""
+    g = torch.Generator().manual_seed(3)
+    shape = (2, 3, 5, 16) if layout == "bhtd" else (2, 5, 3, 16)
+    x = torch.randn(shape, generator=g).to(device, dtype)
+    cos, sin = (torch.randn(2, 5, 8, generator=g).to(device) for _ in range(2))
+    dy = torch.randn(shape, generator=g).to(device, dtype)
+    a = x.clone().requires_grad_()
+    b = x.clone().requires_grad_()
+    y_one = rope_one(a, cos, sin, layout=layout)
+    y_pair, _ = rope(b, x.clone(), cos, sin, layout=layout)
+    assert torch.equal(y_one, y_pair)
+    y_one.backward(dy)
+    y_pair.backward(dy)
+    assert torch.equal(a.grad, b.grad)
+    with pytest.raises(ValueError, match="'cos'"):
+        rope_one(x, cos[:, :4], sin[:, :4], layout=layout)

@@ -99,6 +99,17 @@ CONFIGS = {
     "gemma": ("GemmaConfig", dict(head_dim=16)),
     "gemma2": ("Gemma2Config", GEMMA2_3),
     "gemma3": ("Gemma3TextConfig", dict(GEMMA2_3, layer_types=["sliding_attention", "full_attention"])),
+    "gemma4": (  # per-layer inputs on (their table shrunk to the tiny vocabulary); global layers' partial RoPE
+        "Gemma4TextConfig",
+        dict(
+            head_dim=16,
+            final_logit_softcapping=0.5,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            hidden_size_per_layer_input=16,
+            vocab_size_per_layer_input=320,
+        ),
+    ),
     "phi3": (
         "Phi3Config",
         dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)),
@@ -232,6 +243,7 @@ ROPE_CALLS = {
     "qwen3_5_text": 0,  # mRoPE: transformers'
     "qwen3_5_moe_text": 0,
     "smollm3": 1,
+    "gemma4_text": 2 * COMMON["num_hidden_layers"],  # q and k rotated in separate calls
     "exaone4": 1,
     "cohere2": 1,
 }  # layers that apply RoPE, where not every one does (tiny configs: 2 layers)
@@ -286,6 +298,9 @@ LIGHT = {
     "granitemoeshared",
 }
 FULL = [p for p in PARAMS if p.values[0] not in LIGHT]
+# Tiny configurations whose training transformers' own model does not repeat: a relative 1e-7 change to one weight
+# moves its 32-step losses by more than the test's 1e-4 (the one-step parity and dtype tests still run).
+CHAOTIC = {"gemma4": "tiny Gemma 4 is chaotic: a 1e-7 weight change moves transformers' own losses by 5e-3"}
 COMPILED = [p for p in FULL if p.values[0] != "deepseek_v3"]  # MoE tracing is Qwen3-MoE's and Mixtral's test
 
 
@@ -356,6 +371,7 @@ def spies(monkeypatch):
 
     monkeypatch.setattr(_modules, "_tigon_apply_rotary_pos_emb", counted("rope", _modules._tigon_apply_rotary_pos_emb))
     monkeypatch.setattr(_modules, "_tigon_rope", counted("rope", _modules._tigon_rope))
+    monkeypatch.setattr(_modules, "_tigon_rope_one", counted("rope", _modules._tigon_rope_one))
     glu = _modules._FusedGLU
     monkeypatch.setattr(_modules, "_FusedGLU", type("Counted", (), {"apply": staticmethod(counted("gate", glu.apply))}))
     monkeypatch.setattr(
@@ -857,6 +873,8 @@ def test_training_follows_transformers(name):
     compared as the distance between the two runs over the distance trained: Adam turns a gradient component at the
     rounding-noise level into a full +-lr step, so single elements may differ by a few lr while the whole tensor
     follows (measured at most 2e-3, Qwen3-MoE; 4e-5 for the dense families)."""
+    if name in CHAOTIC:
+        pytest.skip(CHAOTIC[name])
     ref = build(name)
     start = copy.deepcopy(ref)
     model = patched_copy(name, ref, "instance")

@@ -47,7 +47,8 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}, offset={self.offset}, "
+            f"{'no weight' if self.weight is None else tuple(self.weight.shape)}, eps={self.variance_epsilon}, "
+            f"offset={self.offset}, "
             f"casting_mode={self.casting_mode!r}, in_place={self.in_place}"
         )
 

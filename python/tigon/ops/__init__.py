@@ -16,7 +16,7 @@ from tigon.ops.layer_norm import layer_norm
 from tigon.ops.linear_act import linear_act
 from tigon.ops.poly_norm import poly_norm
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
-from tigon.ops.rope import rope
+from tigon.ops.rope import rope, rope_one
 from tigon.ops.softmax import softmax
 from tigon.ops.sparsemax import sparsemax
 from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
@@ -47,6 +47,7 @@ __all__ = [
     "relu",
     "rms_norm",
     "rope",
+    "rope_one",
     "softmax",
     "sparsemax",
     "silu",

@@ -300,3 +300,27 @@ def rope(
     """
     cos, sin, code = _check_args(q, k, cos, sin, layout, interleaved)
     return _Rope.apply(q, k, cos, sin, code, interleaved, bool(in_place))
+
+
+class _RopeOne(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin, layout: int, interleaved: bool):
+        ctx.save_for_backward(cos, sin)
+        ctx.layout, ctx.interleaved = layout, interleaved
+        if compiling():
+            return torch.ops.tigon.rope_fwd(x, cos, sin, layout, interleaved)
+        return _fwd_impl(x, cos, sin, layout, interleaved)
+
+    @staticmethod
+    def backward(ctx, dy):
+        cos, sin = ctx.saved_tensors
+        return _rotate_grad(dy, cos, sin, ctx.layout, ctx.interleaved, False), None, None, None, None
+
+
+def rope_one(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "bhtd", interleaved: bool = False
+) -> torch.Tensor:
+    """:func:`rope` of one tensor (Gemma 4 rotates q and k in separate calls): x as rope's q, the same tables and
+    options; returns the rotated x, contiguous."""
+    cos, sin, code = _check_args(x, x, cos, sin, layout, interleaved)
+    return _RopeOne.apply(x, cos, sin, code, interleaved)

@@ -36,6 +36,7 @@ class Family:
     rope: str | None = "llama"
     rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's name for it
     mlp_bias: str | None = None  # the config attribute that gives the family's MLP biases (None: never biased)
+    mlp_layer_idx: bool = False  # the MLP is built as (config, layer_idx), its width per layer (Gemma 4)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
     # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate; the router's load-balancing loss is added
     # where the modeling module has load_balancing_loss_func (not every MoE family trains with one)
@@ -100,6 +101,20 @@ FAMILIES = {
             mlp="gemma",
             act_attr="hidden_activation",
             softcap=True,
+        ),
+        Family(
+            "gemma4",
+            "Gemma4",
+            ("gemma4_text",),
+            norm="olmo2",  # Gemma 4's norm is OLMo 2's: fp32 throughout, weight without offset
+            norm_in_place=False,
+            mlp="gemma",
+            rope="single",
+            act_attr="hidden_activation",
+            softcap=True,
+            mlp_layer_idx=True,
+            mlp_name="Gemma4TextMLP",
+            attention_name="Gemma4TextAttention",
         ),
         Family("phi3", "Phi3", ("phi3",), mlp="phi3"),
         Family("olmo2", "Olmo2", ("olmo2",), norm="olmo2", norm_in_place=False),

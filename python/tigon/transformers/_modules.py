@@ -10,6 +10,7 @@ import torch
 from tigon.nn.rms_norm import RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb as _tigon_apply_rotary_pos_emb
 from tigon.ops.rope import rope as _tigon_rope
+from tigon.ops.rope import rope_one as _tigon_rope_one
 from tigon.nn.swiglu import _HIDDEN_ACT, FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.ops._common import FLOAT_DTYPES, rows_ok
 from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU
@@ -36,11 +37,17 @@ def norm_class(family: Family) -> type:
     in_place = family.norm_in_place
 
     class FamilyRMSNorm(RMSNorm):
-        def __init__(self, hidden_size: int | None = None, eps: float = 1e-6, *, dim: int | None = None) -> None:
-            # Llama-style norms take hidden_size, Gemma-style ones dim (Gemma 3 passes it by name)
+        def __init__(
+            self, hidden_size: int | None = None, eps: float = 1e-6, with_scale: bool = True, *, dim: int | None = None
+        ) -> None:
+            # Llama-style norms take hidden_size, Gemma-style ones dim (Gemma 3 passes it by name); Gemma 4's
+            # with_scale=False norms have no weight
             super().__init__(
                 hidden_size or dim, eps, offset=offset, casting_mode=casting_mode, init=init, in_place=in_place
             )
+            self.with_scale = with_scale
+            if not with_scale:
+                self.weight = None
 
         @property
         def eps(self) -> float:  # GemmaRMSNorm's attribute name; LlamaRMSNorm's is variance_epsilon
@@ -74,7 +81,12 @@ def mlp_class(family: Family, hf_class: type) -> type:
                 return hf_class(config, *args, **kwargs)  # not a FamilyMLP, so __init__ below is skipped
             return super().__new__(cls)
 
-        def __init__(self, config, intermediate_size: int | None = None) -> None:
+        def __init__(self, config, *args, intermediate_size: int | None = None) -> None:
+            if args and family.mlp_layer_idx:  # called as (config, layer_idx): the layer decides its width
+                with torch.device("meta"):
+                    intermediate_size = hf_class(config, *args).intermediate_size
+            elif args:
+                intermediate_size = args[0]
             act = activation_of(config, family)
             if family.mlp == "phi3":
                 super().__init__(config, in_place=True, hidden_act=act)
@@ -147,7 +159,22 @@ def apply_rotary_emb_complex(xq, xk, freqs_cis):
     return _rope(xq, xk, cos.float(), sin.float(), 2, interleaved=True)
 
 
+def apply_rotary_pos_emb_single(x, cos, sin, unsqueeze_dim=1):
+    """Gemma 4's apply_rotary_pos_emb: one tensor per call (its q and k are rotated apart, each after its norm),
+    rotate-half over the table's width, as one Tigon kernel. Calls of other shapes (its vision tower's 2-D rotary
+    passes pieces of a head) keep transformers' formula."""
+    layout = {1: "bhtd", 2: "bthd"}.get(unsqueeze_dim)
+    seq = x.shape[{"bhtd": 2, "bthd": 1}[layout]] if x.dim() == 4 and layout else -1
+    if layout is None or cos.dim() != 3 or cos.shape[1] != seq or cos.shape[-1] % 2 or cos.shape[-1] > x.shape[-1]:
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    cos, sin = _rope_tables(x, cos, sin)
+    return _tigon_rope_one(x, cos, sin, layout=layout)
+
+
 ROPE = {
+    "single": apply_rotary_pos_emb_single,
     "complex": apply_rotary_emb_complex,
     "llama": apply_rotary_pos_emb,
     "glm": apply_rotary_pos_emb_glm,

@@ -132,9 +132,12 @@ def _cell_value(cell):
 
 def _new_norm(old: torch.nn.Module, cls: type) -> torch.nn.Module:
     eps = getattr(old, "variance_epsilon", None)
+    eps = getattr(old, "eps", 1e-6) if eps is None else eps
+    weight = getattr(old, "weight", None)
     with torch.device("meta"):  # no memory for a weight that is replaced at once
-        new = cls(old.weight.shape[0], eps=getattr(old, "eps", 1e-6) if eps is None else eps)
-    new.weight = old.weight  # the same Parameter: optimizers, tied weights and the state dict see no change
+        new = cls(1, eps=eps, with_scale=False) if weight is None else cls(weight.shape[0], eps=eps)
+    if weight is not None:
+        new.weight = weight  # the same Parameter: optimizers, tied weights and the state dict see no change
     return new.train(old.training)
 
 
@@ -157,7 +160,7 @@ def _new_mlp(old: torch.nn.Module, family: Family, config) -> torch.nn.Module | 
     return new.train(old.training)
 
 
-_VISION = ("visual", "vision_tower", "vision_model")
+_VISION = ("visual", "vision_tower", "vision_model", "audio_tower")  # towers that stay transformers'
 
 
 def apply_instance(
