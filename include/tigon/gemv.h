@@ -32,6 +32,16 @@ TIGON_API tigon_status_t tigon_gemv_workspace_size(const tigon_tensor* x, const 
 TIGON_API tigon_status_t tigon_gemv(const tigon_tensor* x, const tigon_tensor* weight, const tigon_tensor* bias,
                                     const tigon_tensor* y, void* workspace, size_t workspace_bytes, void* stream);
 
+/* Several weights read in one pass over x: y = [x w_0^T (+ b_0), x w_1^T (+ b_1), ...] side by side, y [..., N_0 + N_1
+ * + ...]: the projections of one input (q, k and v; gate and up) in one launch, with no concatenated copy of their
+ * weights. weights: parts tensors [N_i, K] in x's dtype (1 <= parts <= 4); biases: NULL, or parts entries each NULL or
+ * [N_i]. The same kernel, plan and numerics as tigon_gemv on the concatenated weight. */
+TIGON_API tigon_status_t tigon_gemv_parts_workspace_size(const tigon_tensor* x, const tigon_tensor* const* weights,
+                                                         int32_t parts, size_t* bytes);
+TIGON_API tigon_status_t tigon_gemv_parts(const tigon_tensor* x, const tigon_tensor* const* weights,
+                                          const tigon_tensor* const* biases, int32_t parts, const tigon_tensor* y,
+                                          void* workspace, size_t workspace_bytes, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

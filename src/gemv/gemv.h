@@ -10,12 +10,20 @@
 
 namespace tigon::gemv {
 
+constexpr int kMaxParts = 4;  // weights of one tigon_gemv_parts call
+
 struct Problem {
-  RowMatrix x;                     // M x K
-  RowMatrix w;                     // N x K, x's dtype, or int8 with w_scale (tigon_gemv_int8)
-  RowMatrix y;                     // M x N
-  const void* bias = nullptr;      // N elements in x's dtype, or nullptr
-  const float* w_scale = nullptr;  // int8 w: N fp32 scales, y = (x . w[n]) * w_scale[n] (+ bias)
+  RowMatrix x;                       // M x K
+  int parts = 1;                     // weights whose outputs y holds side by side (tigon_gemv_parts)
+  RowMatrix w[kMaxParts];            // N_i x K, x's dtype, or int8 with w_scale (tigon_gemv_int8: one part)
+  const void* bias[kMaxParts] = {};  // N_i elements in x's dtype, or nullptr
+  RowMatrix y;                       // M x N, N = the parts' N_i summed
+  const float* w_scale = nullptr;    // int8 w: N fp32 scales, y = (x . w[n]) * w_scale[n] (+ bias)
+  int64_t n() const {
+    int64_t total = 0;
+    for (int i = 0; i < parts; ++i) total += w[i].rows;
+    return total;
+  }
 };
 
 // CPU reference (gemv_ref.cpp): fp64 accumulation, one rounding per output element.

@@ -40,11 +40,12 @@ constexpr int64_t kMinSplitK = 512;
 constexpr int64_t kMaxSplits = 8;
 constexpr int64_t kMaxGridZ = 65535;
 
-Plan make_plan(int64_t M, int64_t N, int64_t K, DType dtype, int sms) {
+// tiles: blocks of kBlockRows rows of W (of all parts) along x.
+Plan make_plan(int64_t M, int64_t tiles, int64_t K, DType dtype, int sms) {
   Plan p;
   while (p.mt < kern::kMaxRowsX && p.mt < M) p.mt *= 2;
   p.row_chunks = ceil_div(M, p.mt);
-  const int64_t warps = ceil_div(N, kBlockRows) * kWarps * p.row_chunks;
+  const int64_t warps = tiles * kWarps * p.row_chunks;
   const int64_t target = kTargetWarpsPerSm * sms;
   if (warps < target) p.splits = std::min({ceil_div(target, warps), std::max<int64_t>(1, K / kMinSplitK), kMaxSplits});
   p.k_split = round_up(ceil_div(K, p.splits), kKAlign);
@@ -64,7 +65,7 @@ void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
   for (int64_t z0 = 0; z0 < p.row_chunks; z0 += kMaxGridZ) {
     kern::Args a = base;
     a.m0 = z0 * MT;
-    const dim3 grid(unsigned(ceil_div(a.N, kBlockRows)), unsigned(p.splits),
+    const dim3 grid(unsigned(a.tile_first[a.parts]), unsigned(p.splits),
                     unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
     const dim3 cluster = p.splits > 1 ? dim3(1, unsigned(p.splits), 1) : dim3(0, 0, 0);
     cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, cluster, kern::gemv<T, MT, V, W>, a);
@@ -82,13 +83,43 @@ void launch_mt(const kern::Args& a, const Plan& p, cudaStream_t stream) {
   }
 }
 
+kern::Args make_args(const Problem& pr, const Plan& p) {
+  static_assert(kern::kMaxParts == kMaxParts);
+  kern::Args a{};
+  a.x = pr.x.data;
+  a.y = pr.y.data;
+  a.w_scale = pr.w_scale;
+  a.M = pr.x.rows;
+  a.K = pr.x.cols;
+  a.x_stride = pr.x.row_stride;
+  a.y_stride = pr.y.row_stride;
+  a.parts = pr.parts;
+  for (int i = 0; i < pr.parts; ++i) {
+    a.w[i] = pr.w[i].data;
+    a.bias[i] = pr.bias[i];
+    a.w_stride[i] = pr.w[i].row_stride;
+    a.rows[i] = pr.w[i].rows;
+    a.y_first[i] = i == 0 ? 0 : a.y_first[i - 1] + a.rows[i - 1];
+    a.tile_first[i + 1] = a.tile_first[i] + ceil_div(pr.w[i].rows, kBlockRows);
+  }
+  a.k_split = p.k_split;
+  a.tile_k = p.tile_k;
+  return a;
+}
+
+int64_t tiles_of(const Problem& pr) {
+  int64_t tiles = 0;
+  for (int i = 0; i < pr.parts; ++i) tiles += ceil_div(pr.w[i].rows, kBlockRows);
+  return tiles;
+}
+
 // W: the weight's element type, T or int8_t (then pr.w_scale holds a scale per row of W).
 template <class T, class W>
 void launch(const Problem& pr, const Plan& p, cudaStream_t stream) {
-  kern::Args a{pr.x.data, pr.w.data,       pr.bias,         pr.y.data,       pr.w_scale, pr.x.rows, pr.w.rows,
-               pr.x.cols, pr.x.row_stride, pr.w.row_stride, pr.y.row_stride, p.k_split,  p.tile_k,  0};
+  const kern::Args a = make_args(pr, p);
   constexpr int V = 16 / sizeof(W);  // elements of W per 16-byte load (x: 16 / sizeof(T) per load, V per W load)
-  const bool vec = pr.x.cols % V == 0 && rows_aligned(pr.x) && rows_aligned(pr.w);
+  bool vec = pr.x.cols % V == 0 && rows_aligned(pr.x);
+  for (int i = 0; i < pr.parts; ++i) vec = vec && rows_aligned(pr.w[i]);
   if (vec)
     launch_mt<T, V, W>(a, p, stream);
   else
@@ -104,8 +135,8 @@ void run_cuda(const Problem& pr, void*, size_t, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  const Plan p = make_plan(pr.x.rows, pr.w.rows, pr.x.cols, pr.x.dtype, sm_count(device));
-  if (pr.w.dtype == DType::kInt8) {
+  const Plan p = make_plan(pr.x.rows, tiles_of(pr), pr.x.cols, pr.x.dtype, sm_count(device));
+  if (pr.w[0].dtype == DType::kInt8) {
     TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, int8_t>(pr, p, stream));
   } else {
     TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, T>(pr, p, stream));

@@ -38,18 +38,34 @@ constexpr int kTileBytes = 32 << 10;               // shared memory for the tile
 constexpr int kMaxRowsX = 16;                      // rows of x per block (more rows: more blocks along z)
 constexpr int kKAlign = 256;                       // tiles and K splits are multiples of this many elements
 
+constexpr int kMaxParts = 4;  // weights side by side in y (tigon_gemv_parts)
+
 struct Args {
   const void* x;
-  const void* w;
-  const void* bias;  // nullptr: none
+  const void* w[kMaxParts];
+  const void* bias[kMaxParts];  // nullptr: none
   void* y;
-  const float* w_scale;  // int8 W: one scale per row of W (else unused)
-  int64_t M, N, K;
-  int64_t x_stride, w_stride, y_stride;
+  const float* w_scale;  // int8 W (one part): one scale per row of W (else unused)
+  int64_t M, K;
+  int64_t x_stride, y_stride;
+  int64_t w_stride[kMaxParts];
+  int64_t rows[kMaxParts];            // rows of each part's W
+  int64_t y_first[kMaxParts];         // its first column of y
+  int64_t tile_first[kMaxParts + 1];  // its first block along x (blocks of kBlockRows rows); [parts]: all of them
+  int parts;
   int64_t k_split;  // elements of K per split (a multiple of kKAlign)
   int tile_k;       // elements of K staged per tile (a multiple of kKAlign)
   int64_t m0;       // first row of x of this launch
 };
+
+// The part of W this block's rows come from: the last one whose first block is at or before it.
+__device__ __forceinline__ int part_of_block(const Args& a) {
+  int i = 0;
+#pragma unroll
+  for (int j = 1; j < kMaxParts; ++j)
+    if (j < a.parts && int64_t(blockIdx.x) >= a.tile_first[j]) i = j;
+  return i;
+}
 
 // V consecutive elements kept in their storage format: one 16-byte vector (V = 16 / sizeof(T)) or one element.
 template <class T, int V>
@@ -161,10 +177,11 @@ __device__ __forceinline__ void fma_step(const Raw<W, V> (&wv)[kRowsPerWarp], co
 
 // y[row, n] from its finished sum: times the row of W's scale for int8 W, plus the bias, rounded once.
 template <class T, class W>
-__device__ __forceinline__ void write_y(const Args& a, int64_t row, int64_t n, float s) {
+__device__ __forceinline__ void write_y(const Args& a, int part, int64_t row, int64_t n, float s) {
   if constexpr (!std::is_same_v<T, W>) s *= a.w_scale[n];
-  const float b = a.bias ? cuda::to_f<T>(static_cast<const T*>(a.bias)[n]) : 0.f;
-  static_cast<T*>(a.y)[row * a.y_stride + n] = cuda::from_f<T>(s + b);
+  const T* bias = static_cast<const T*>(a.bias[part]);
+  const float b = bias ? cuda::to_f<T>(bias[n]) : 0.f;
+  static_cast<T*>(a.y)[row * a.y_stride + a.y_first[part] + n] = cuda::from_f<T>(s + b);
 }
 
 // grid: (ceil(N / kBlockRows), splits, row chunks of MT), clusters of (1, splits, 1) when K is split; dynamic shared
@@ -178,18 +195,20 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
   const int64_t m0 = a.m0 + int64_t(blockIdx.z) * MT;
   const int64_t k_begin = int64_t(blockIdx.y) * a.k_split;
   const int64_t k_end = k_begin + a.k_split < a.K ? k_begin + a.k_split : a.K;
-  const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
-  const W* w = static_cast<const W*>(a.w);
+  const int part = part_of_block(a);
+  const int64_t N = a.rows[part], tile = int64_t(blockIdx.x) - a.tile_first[part];  // this part's rows, block
+  const int64_t n0 = (tile * kWarps + warp) * kRowsPerWarp;                         // rows of the part's W
+  const W* w = static_cast<const W*>(a.w[part]);
   const W* wrow[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)  // rows past N read the last row again and are not written
-    wrow[r] = w + (n0 + r < a.N ? n0 + r : a.N - 1) * a.w_stride;
+    wrow[r] = w + (n0 + r < N ? n0 + r : N - 1) * a.w_stride[part];
 
   constexpr int kStride = 32 * V;  // elements a warp covers per step
   // Launched as a programmatic dependent (gemv_cuda.cu): until the kernel ahead has finished, only the first step's
   // lines of W are fetched into L2 (W is not what a decode step's previous kernel writes, and an L2 line is current
   // either way), so the weight stream starts while that kernel drains; x and every write wait.
-  if (n0 < a.N)
+  if (n0 < N)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -202,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
     __syncthreads();  // the previous tile's readers are done
     stage_x<T, MT, kStageVec<T, V>>(a, xs, m0, t0, len);
     __syncthreads();
-    if (n0 >= a.N) continue;  // a warp past the last row still stages x with the others
+    if (n0 >= N) continue;  // a warp past the last row still stages x with the others
     int c = lane * V;
     for (; c + (kUnroll - 1) * kStride < len; c += kUnroll * kStride) {
       Raw<W, V> wv[kUnroll][kRowsPerWarp];
@@ -224,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
 
   constexpr int kSums = kRowsPerWarp * MT, kLanesPerSum = 32 / kSums;
   float s = 0.f;
-  if (n0 < a.N) {  // warp-uniform
+  if (n0 < N) {  // warp-uniform
     float v[kSums];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
@@ -232,25 +251,25 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
       for (int m = 0; m < MT; ++m) v[r * MT + m] = acc[r][m];
     s = cuda::reduce_scatter<kSums>(v, 32);  // lane l holds sum l / kLanesPerSum
   }
-  const bool owner = n0 < a.N && lane % kLanesPerSum == 0;
+  const bool owner = n0 < N && lane % kLanesPerSum == 0;
   const int idx = lane / kLanesPerSum, r = idx / MT, m = idx % MT;
   if (gridDim.y == 1) {
-    if (owner && n0 + r < a.N && m0 + m < a.M) write_y<T, W>(a, m0 + m, n0 + r, s);
+    if (owner && n0 + r < N && m0 + m < a.M) write_y<T, W>(a, part, m0 + m, n0 + r, s);
     return;
   }
   // K split over the blocks of one cluster (gridDim.y of them): each block leaves its sums in shared memory and the
   // cluster's first block adds them up in split order, reading the others' through distributed shared memory.
-  __shared__ float part[kBlockRows * MT];  // [row of W in the block][row of x]
-  if (owner) part[(warp * kRowsPerWarp + r) * MT + m] = s;
+  __shared__ float shares[kBlockRows * MT];  // [row of W in the block][row of x]
+  if (owner) shares[(warp * kRowsPerWarp + r) * MT + m] = s;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   if (cluster.block_rank() == 0) {
     for (int t = threadIdx.x; t < kBlockRows * MT; t += kThreads) {
-      const int64_t n = int64_t(blockIdx.x) * kBlockRows + t / MT, row = m0 + t % MT;
-      if (n >= a.N || row >= a.M) continue;
+      const int64_t n = tile * kBlockRows + t / MT, row = m0 + t % MT;
+      if (n >= N || row >= a.M) continue;
       float sum = 0.f;
-      for (unsigned rank = 0; rank < gridDim.y; ++rank) sum += cluster.map_shared_rank(part, rank)[t];
-      write_y<T, W>(a, row, n, sum);
+      for (unsigned rank = 0; rank < gridDim.y; ++rank) sum += cluster.map_shared_rank(shares, rank)[t];
+      write_y<T, W>(a, part, row, n, sum);
     }
   }
   cluster.sync();  // every block's shared memory stays until the first block has read it

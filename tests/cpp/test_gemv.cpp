@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -76,6 +77,53 @@ TEST(GemvReference, LeadingDimensionsFlattenToRows) {
   tigon::TensorView x3(x.data(), {2, 3, 16}, tigon::dtype::float32), y3v(y3.data(), {2, 3, 3}, tigon::dtype::float32);
   tigon::gemv(x3, wv, nullptr, y3v);
   EXPECT_EQ(worst_ratio(y3, y, 0, 0), 0.0);
+}
+
+// Weights side by side (tigon_gemv_parts): the concatenated weight's result, bit for bit on the CPU.
+TEST(GemvReference, PartsAreTheConcatenatedWeight) {
+  std::mt19937 rng(9);
+  const int64_t K = 40, rows[3] = {5, 17, 3};
+  HostMat x(DType::kBFloat16, 3, K), all(DType::kBFloat16, 25, K), b(DType::kBFloat16, 1, 25);
+  x.fill_random(rng);
+  all.fill_random(rng, 0.1);
+  b.fill_random(rng);
+  for (int64_t n = 5; n < 22; ++n) b.set(0, n, 0.0);  // the middle part has no bias
+  HostMat want(DType::kBFloat16, 3, 25), got(DType::kBFloat16, 3, 25);
+  got.poison();
+  auto xv = x.view(), allv = all.view(), wantv = want.view(), gotv = got.view();
+  tigon::TensorView bv(b.data(), {25}, tigon::dtype::bfloat16);
+  tigon::gemv(xv, allv, &bv, wantv);
+  std::vector<tigon::TensorView> w, bias;
+  for (int64_t i = 0, first = 0; i < 3; first += rows[i], ++i) {
+    w.emplace_back(static_cast<uint8_t*>(all.data()) + first * K * 2, std::vector<int64_t>{rows[i], K},
+                   tigon::dtype::bfloat16);
+    bias.emplace_back(static_cast<uint8_t*>(b.data()) + first * 2, std::vector<int64_t>{rows[i]},
+                      tigon::dtype::bfloat16);
+  }
+  const tigon_tensor* wp[3] = {w[0], w[1], w[2]};
+  const tigon_tensor* bp[3] = {bias[0], nullptr, bias[2]};
+  size_t bytes = 1;
+  ASSERT_EQ(tigon_gemv_parts_workspace_size(xv, wp, 3, &bytes), TIGON_SUCCESS) << tigon_last_error();
+  EXPECT_EQ(bytes, 0u);
+  ASSERT_EQ(tigon_gemv_parts(xv, wp, bp, 3, gotv, nullptr, 0, nullptr), TIGON_SUCCESS) << tigon_last_error();
+  EXPECT_EQ(worst_ratio(got, want, 0, 0), 0.0);
+
+  // bad arguments, each named
+  tigon::TensorView w_k(all.data(), {4, K - 1}, tigon::dtype::bfloat16),
+      y_n(got.data(), {3, 24}, tigon::dtype::bfloat16);
+  const tigon_tensor* wk[3] = {w[0], w_k, w[2]};
+  const std::vector<std::pair<std::string, std::function<tigon_status_t()>>> cases = {
+      {"'parts'", [&] { return tigon_gemv_parts(xv, wp, bp, 0, gotv, nullptr, 0, nullptr); }},
+      {"'parts'", [&] { return tigon_gemv_parts(xv, wp, bp, 5, gotv, nullptr, 0, nullptr); }},
+      {"'weights'", [&] { return tigon_gemv_parts(xv, nullptr, bp, 3, gotv, nullptr, 0, nullptr); }},
+      {"'weights[1]'", [&] { return tigon_gemv_parts(xv, wk, bp, 3, gotv, nullptr, 0, nullptr); }},
+      {"'y'", [&] { return tigon_gemv_parts(xv, wp, bp, 3, y_n, nullptr, 0, nullptr); }},
+      {"'weights[1]'", [&] { return tigon_gemv_parts_workspace_size(xv, wk, 3, &bytes); }},
+  };
+  for (const auto& [arg, call] : cases) {
+    EXPECT_EQ(call(), TIGON_ERROR_INVALID_ARGUMENT) << arg;
+    EXPECT_NE(std::string(tigon_last_error()).find("argument " + arg), std::string::npos) << tigon_last_error();
+  }
 }
 
 // ---- argument checks -----------------------------------------------------------------------------------------------

@@ -131,3 +131,46 @@ def test_cuda_errors_name_the_argument():
     x, w, b = make(2, 8, 16, torch.bfloat16, "cuda")
     with pytest.raises(ValueError, match="'weight'"):
         tigon.ops.gemv(x, w.cpu(), b)
+
+
+# ---- several weights in one pass (gemv_parts) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m,k,rows", [(1, 4096, (4096, 1024, 1024)), (3, 520, (33, 7)), (16, 264, (100, 1, 17, 40))])
+def test_parts_are_the_concatenated_weights(device, dtype, m, k, rows):
+    """Outputs side by side, each against F.linear in float64; biases on some parts only."""
+    x = torch.randn(m, k, device=device).to(dtype)
+    ws = [(torch.randn(n, k, device=device) / k**0.5).to(dtype) for n in rows]
+    bs = [torch.randn(n, device=device).to(dtype) if i % 2 == 0 else None for i, n in enumerate(rows)]
+    y = tigon.ops.gemv_parts(x, ws, bs)
+    assert y.shape == (m, sum(rows)) and y.dtype == dtype and y.is_contiguous()
+    want = torch.cat([reference(x, w, b) for w, b in zip(ws, bs)], dim=-1)
+    assert_close(y, want, name="y")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_parts_compile_and_fall_back_for_autograd(device):
+    x, w0, b0 = make(2, 24, 64, torch.float32, device)
+    w1 = torch.randn(8, 64, device=device)
+    compiled = torch.compile(
+        lambda x: tigon.ops.gemv_parts(x, [w0, w1], [b0, None]), fullgraph=True, backend="aot_eager"
+    )
+    assert torch.equal(compiled(x), tigon.ops.gemv_parts(x, [w0, w1], [b0, None]))
+    w1.requires_grad_()
+    y = tigon.ops.gemv_parts(x, (w0, w1))  # autograd needs a backward: F.linear per weight
+    y.sum().backward()
+    assert w1.grad is not None and y.shape == (2, 32)
+
+
+def test_parts_bad_arguments_are_named():
+    x, w, _ = make(2, 8, 16, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="'weights'"):
+        tigon.ops.gemv_parts(x, [w] * 5)
+    with pytest.raises(ValueError, match="'biases'"):
+        tigon.ops.gemv_parts(x, [w, w], [None])
+    with pytest.raises(Exception, match=r"'weights\[1\]'"):
+        tigon.ops.gemv_parts(x, [w, torch.randn(8, 15)])
+    with pytest.raises(Exception, match=r"'weights\[1\]'"):
+        tigon.ops.gemv_parts(x, [w, w.double()])

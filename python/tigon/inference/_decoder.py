@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tigon.inference._ops import _add_rms_norm, _glu, _linear, _rms_norm, _rope, _tigon_kernels
+from tigon.inference._ops import _add_rms_norm, _glu, _linear, _projections, _rms_norm, _rope, _tigon_kernels
 from tigon.inference._spec import Layer, Spec
 
 
@@ -97,7 +97,7 @@ class Decoder:
                 [s.heads * d, s.kv_heads * d, s.kv_heads * d], dim=-1
             )
         else:
-            q, k, v = (_linear(x, p.weight, p.bias) for p in (a.q_proj, a.k_proj, a.v_proj))
+            q, k, v = _projections(x, [a.q_proj, a.k_proj, a.v_proj])
         has_norms = hasattr(a, "q_norm")
         if has_norms and not layer.head_norm:  # OLMo 2: over the whole projection
             q, k = self._norm(a.q_norm, q), self._norm(a.k_norm, k)
@@ -112,7 +112,6 @@ class Decoder:
         if hasattr(mlp, "gate_up_proj"):  # Phi-3's fused projection: gate first
             gate, up = _linear(x, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias).chunk(2, dim=-1)
         else:
-            gate = _linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
-            up = _linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+            gate, up = _projections(x, [mlp.gate_proj, mlp.up_proj])
         s = self.spec
         return _linear(_glu(gate, up, s.glu, s.activation), mlp.down_proj.weight, mlp.down_proj.bias)

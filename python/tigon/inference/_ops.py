@@ -12,8 +12,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from tigon.ops._common import rows_ok
 from tigon.ops.decode_attention import decode_attention
-from tigon.ops.gemv import gemv
+from tigon.ops.gemv import MAX_PARTS, gemv, gemv_parts
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
 from tigon.ops.swiglu import geglu, swiglu
@@ -44,6 +45,22 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return F.linear(x, weight, bias)
 
 
+def _projections(x: torch.Tensor, modules: list) -> list[torch.Tensor]:
+    """Each nn.Linear of modules applied to x (q, k and v; gate and up): where Tigon's GEMV applies, one pass over x
+    for all of them (tigon.ops.gemv_parts) and views of its output, else one _linear each."""
+    weights = [m.weight for m in modules]
+    if (
+        len(modules) <= MAX_PARTS
+        and x.numel() <= GEMV_MAX_ROWS * x.shape[-1]
+        and _tigon_kernels(x)
+        and all(w.dtype == x.dtype for w in weights)
+        and all(m.bias is None or m.bias.dtype == x.dtype for m in modules)
+    ):
+        y = gemv_parts(x, weights, [m.bias for m in modules])
+        return list(y.split([w.shape[0] for w in weights], dim=-1))
+    return [_linear(x, m.weight, m.bias) for m in modules]
+
+
 def _eps(norm: torch.nn.Module) -> float:
     eps = getattr(norm, "variance_epsilon", None)
     return getattr(norm, "eps", 1e-6) if eps is None else eps
@@ -53,6 +70,8 @@ def _rms_norm(x: torch.Tensor, module: torch.nn.Module, norm: tuple | None) -> t
     """The model's RMSNorm module applied to x: Tigon's kernel where it applies (norm: the family's (offset, casting
     mode), None for a norm it does not reproduce), the module's own forward elsewhere."""
     if norm is not None and _tigon_kernels(x):
+        if not rows_ok(x):  # heads of one projection in a wider buffer (q of q|k|v): rows of more than one stride
+            x = x.contiguous()
         return rms_norm(x, module.weight, _eps(module), *norm)
     return module(x)
 

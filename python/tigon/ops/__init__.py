@@ -9,7 +9,7 @@ from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.dyt import dyt
 from tigon.ops.embedding import embedding
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
-from tigon.ops.gemv import gemv
+from tigon.ops.gemv import gemv, gemv_parts
 from tigon.ops.group_norm import group_norm
 from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 from tigon.ops.layer_norm import layer_norm
@@ -33,6 +33,7 @@ __all__ = [
     "fused_linear_cross_entropy",
     "gemv",
     "gemv_int8",
+    "gemv_parts",
     "geglu",
     "geglu_fused",
     "gelu",
