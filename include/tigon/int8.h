@@ -25,8 +25,8 @@
  *   each) when K % 16 == 0 and the rows of x and q_w are 16-byte aligned, element by element otherwise.
  *
  * Element counts may pass 2^31 (64-bit offsets). Outputs may not overlap inputs. Workspace: int8_linear needs
- * cuBLASLt's scratch (32 MiB) plus the int32 products (M * N * 4 bytes, 256-byte aligned); gemv_int8 the fp32
- * partial sums of a split K (as tigon_gemv). Sizes depend on the shapes alone; 0 on the CPU. No allocation, no
+ * cuBLASLt's scratch (32 MiB) plus the int32 products (M * N * 4 bytes, 256-byte aligned); gemv_int8 none at present
+ * (as tigon_gemv). Sizes depend on the shapes alone; 0 on the CPU. No allocation, no
  * synchronisation, every launch on the stream: capturable in a CUDA graph. The CPU reference computes in
  * int64 / fp64 with the same roundings.
  */
@@ -59,7 +59,7 @@ TIGON_API tigon_status_t tigon_int8_linear(const tigon_tensor* q_x, const tigon_
                                            tigon_int8_linear_params params, void* workspace, size_t workspace_bytes,
                                            void* stream);
 
-/* Workspace bytes of tigon_gemv_int8 for x [M, K] and q_w [N, K] (0 when K is not split, and on the CPU). */
+/* Workspace bytes of tigon_gemv_int8 for x [M, K] and q_w [N, K] (0 at present, as tigon_gemv's). */
 TIGON_API tigon_status_t tigon_gemv_int8_workspace_size(const tigon_tensor* x, const tigon_tensor* q_w, size_t* bytes);
 
 /* y = (x · q_wᵀ) * scale_w (+ bias). bias may be NULL. */
