@@ -53,7 +53,8 @@ QWEN3_NEXT = dict(
     linear_value_head_dim=16,
     rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
 )
-QWEN3_NEXT_MOE = dict(
+# Qwen's MoE layers (Qwen2-MoE, Qwen3-Next, Qwen3.5): a shared expert beside 4 routed ones, top-2
+QWEN_SHARED_MOE = dict(
     num_experts=4,
     num_experts_per_tok=2,
     moe_intermediate_size=32,
@@ -193,24 +194,14 @@ CONFIGS = {
             rope_parameters=dict(rope_type="default", rope_theta=10000.0),
         ),
     ),
-    "qwen3_next": ("Qwen3NextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
+    "qwen3_next": ("Qwen3NextConfig", dict(QWEN3_NEXT, **QWEN_SHARED_MOE)),
     "qwen3_5": ("Qwen3_5TextConfig", QWEN3_NEXT),
-    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(QWEN3_NEXT, **QWEN3_NEXT_MOE)),
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(QWEN3_NEXT, **QWEN_SHARED_MOE)),
     "mllama": ("MllamaTextConfig", dict(cross_attention_layers=[1])),  # no image: the cross-attention layer is skipped
     "helium": ("HeliumConfig", dict(head_dim=16)),
     "seed_oss": ("SeedOssConfig", dict(head_dim=16, residual_dropout=0.0, attention_dropout=0.0)),  # comparable
     "ernie4_5": ("Ernie4_5Config", dict(head_dim=16)),
-    "qwen2_moe": (  # a shared expert beside 4 routed ones, top-2
-        "Qwen2MoeConfig",
-        dict(
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
-            output_router_logits=True,
-            router_aux_loss_coef=0.05,
-        ),
-    ),
+    "qwen2_moe": ("Qwen2MoeConfig", QWEN_SHARED_MOE),
     "olmoe": (
         "OlmoeConfig",
         dict(num_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.05),
@@ -504,7 +495,7 @@ VLMS = {
     "qwen3_5_moe": (
         "Qwen3_5MoeForConditionalGeneration",
         "Qwen3_5MoeConfig",
-        dict(text_config=dict(TEXT, **QWEN3_NEXT, **QWEN3_NEXT_MOE), vision_config=QWEN_VISION),
+        dict(text_config=dict(TEXT, **QWEN3_NEXT, **QWEN_SHARED_MOE), vision_config=QWEN_VISION),
     ),
     "mllama": (
         "MllamaForConditionalGeneration",
