@@ -69,6 +69,28 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[N]) {
   }
 }
 
+// load_vec where `live` holds, else `fill` in every element. The 16-byte words are loaded under a predicate and
+// converted after, so a thread that issues several of these before using any keeps their loads in flight together:
+// with a load and its first use inside one branch, ptxas keeps each load behind the previous one's use.
+template <class T, int N>
+__device__ __forceinline__ void load_vec_if(bool live, const T* p, float (&out)[N], float fill) {
+  if constexpr ((N * sizeof(T)) % 16 == 0) {
+    constexpr int kPer = 16 / sizeof(T);
+    uint4 u[N / kPer];
+#pragma unroll
+    for (int k = 0; k < N / kPer; ++k) u[k] = live ? reinterpret_cast<const uint4*>(p)[k] : uint4{};
+#pragma unroll
+    for (int k = 0; k < N / kPer; ++k) {
+      const T* e = reinterpret_cast<const T*>(&u[k]);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) out[k * kPer + j] = live ? to_f<T>(e[j]) : fill;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = live ? to_f<T>(p[j]) : fill;
+  }
+}
+
 // One 16-byte vector (as loaded by a caller, e.g. with a cache hint) as 16 / sizeof(T) floats.
 template <class T>
 __device__ __forceinline__ void unpack16(const uint4& u, float (&out)[16 / sizeof(T)]) {

@@ -54,15 +54,14 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const Args a) {
       }
     };
     float kept[NV > 0 ? NV : 1][V];
-    if constexpr (NV > 0) {
+    if constexpr (NV > 0) {  // every load before any use (load_vec_if); vectors past the row are zeros
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
         const int64_t c = (int64_t(threadIdx.x) + int64_t(i) * blockDim.x) * V;
-        if (c < a.cols) {
-          load_vec<T, V>(x + c, kept[i]);
-          add(kept[i]);
-        }
+        cuda::load_vec_if<T, V>(c < a.cols, x + c, kept[i], 0.f);
       }
+#pragma unroll
+      for (int i = 0; i < NV; ++i) add(kept[i]);
     } else {
       for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += int64_t(blockDim.x) * V) {
         float v[V];
@@ -120,16 +119,15 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const Args a) {
       }
     };
     float kx[NV > 0 ? NV : 1][V], kg[NV > 0 ? NV : 1][V];
-    if constexpr (NV > 0) {
+    if constexpr (NV > 0) {  // every load before any use, as in the forward
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
         const int64_t c = (int64_t(threadIdx.x) + int64_t(i) * blockDim.x) * V;
-        if (c < a.cols) {
-          load_vec<T, V>(x + c, kx[i]);
-          load_vec<T, V>(dy + c, kg[i]);
-          add(kx[i], kg[i]);
-        }
+        cuda::load_vec_if<T, V>(c < a.cols, x + c, kx[i], 0.f);
+        cuda::load_vec_if<T, V>(c < a.cols, dy + c, kg[i], 0.f);
       }
+#pragma unroll
+      for (int i = 0; i < NV; ++i) add(kx[i], kg[i]);
     } else {
       for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += int64_t(blockDim.x) * V) {
         float v[V], g[V];

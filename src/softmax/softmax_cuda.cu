@@ -32,7 +32,6 @@ struct Args {
 };
 
 __device__ __forceinline__ int64_t row_step() { return int64_t(gridDim.x) * blockDim.y; }
-__device__ __forceinline__ uint4 load16(const void* p) { return *static_cast<const uint4*>(p); }
 
 // Forward, a row in registers: thread x of a row holds vectors x, x + tpr, ... (kNv at most). The max and the sum
 // take one barrier each (row_max_once and row_sums<1>, a buffer each).
@@ -47,19 +46,10 @@ __global__ void fwd_cached(const Args a) {
 #pragma unroll
     for (int i = 0; i < kNv; ++i) live[i] = row < a.rows && threadIdx.x + int64_t(i) * blockDim.x < nvec;
     const T* x = static_cast<const T*>(a.a) + row * a.a_stride + threadIdx.x * V;
-    // Every load is issued before any value is used: with a load and its use in one branch, ptxas kept each load
-    // behind the previous one's use, one memory round trip per vector instead of one per row. Raw 16-byte words
-    // first, converted after.
-    uint4 raw[kNv];
-#pragma unroll
-    for (int i = 0; i < kNv; ++i) raw[i] = live[i] ? load16(x + int64_t(i) * blockDim.x * V) : uint4{};
+    // Every load is issued before any value is used (load_vec_if): one memory round trip per row, not per vector.
     float v[kNv][V];
 #pragma unroll
-    for (int i = 0; i < kNv; ++i) {
-      cuda::unpack16<T>(raw[i], v[i]);
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[i][j] = live[i] ? v[i][j] : -INFINITY;
-    }
+    for (int i = 0; i < kNv; ++i) cuda::load_vec_if<T, V>(live[i], x + int64_t(i) * blockDim.x * V, v[i], -INFINITY);
     float m = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kNv; ++i)
@@ -101,17 +91,11 @@ __global__ void bwd_cached(const Args a) {
     const int64_t at = threadIdx.x * V;
     const T* yp = static_cast<const T*>(a.a) + row * a.a_stride + at;
     const T* gp = static_cast<const T*>(a.b) + row * a.b_stride + at;
-    uint4 y_raw[kNv], dy_raw[kNv];  // every load before any use, as in the forward; a row's dead vectors are zeros
+    float y[kNv][V], dy[kNv][V];  // every load before any use, as in the forward; a row's dead vectors are zeros
 #pragma unroll
     for (int i = 0; i < kNv; ++i) {
-      y_raw[i] = live[i] ? load16(yp + int64_t(i) * blockDim.x * V) : uint4{};
-      dy_raw[i] = live[i] ? load16(gp + int64_t(i) * blockDim.x * V) : uint4{};
-    }
-    float y[kNv][V], dy[kNv][V];
-#pragma unroll
-    for (int i = 0; i < kNv; ++i) {
-      cuda::unpack16<T>(y_raw[i], y[i]);
-      cuda::unpack16<T>(dy_raw[i], dy[i]);
+      cuda::load_vec_if<T, V>(live[i], yp + int64_t(i) * blockDim.x * V, y[i], 0.f);
+      cuda::load_vec_if<T, V>(live[i], gp + int64_t(i) * blockDim.x * V, dy[i], 0.f);
     }
     float dot = 0.f;
 #pragma unroll
