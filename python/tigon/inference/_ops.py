@@ -33,14 +33,19 @@ def _tigon_kernels(x: torch.Tensor) -> bool:
     return x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and _sm90(x.device)
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T (+ bias): every projection of the model, prompt and decode alike (a GEMV at batch 1)."""
-    if (
+def _gemv_takes(x: torch.Tensor, weights: list, biases: list) -> bool:
+    """Whether Tigon's GEMV computes these projections of x: up to 16 rows, its dtypes, on its GPU."""
+    return (
         x.numel() <= GEMV_MAX_ROWS * x.shape[-1]
         and _tigon_kernels(x)
-        and weight.dtype == x.dtype
-        and (bias is None or bias.dtype == x.dtype)
-    ):
+        and all(w.dtype == x.dtype for w in weights)
+        and all(b is None or b.dtype == x.dtype for b in biases)
+    )
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias): every projection of the model, prompt and decode alike (a GEMV at batch 1)."""
+    if _gemv_takes(x, [weight], [bias]):
         return gemv(x, weight, bias)
     return F.linear(x, weight, bias)
 
@@ -48,17 +53,11 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 def _projections(x: torch.Tensor, modules: list) -> list[torch.Tensor]:
     """Each nn.Linear of modules applied to x (q, k and v; gate and up): where Tigon's GEMV applies, one pass over x
     for all of them (tigon.ops.gemv_parts) and views of its output, else one _linear each."""
-    weights = [m.weight for m in modules]
-    if (
-        len(modules) <= MAX_PARTS
-        and x.numel() <= GEMV_MAX_ROWS * x.shape[-1]
-        and _tigon_kernels(x)
-        and all(w.dtype == x.dtype for w in weights)
-        and all(m.bias is None or m.bias.dtype == x.dtype for m in modules)
-    ):
-        y = gemv_parts(x, weights, [m.bias for m in modules])
+    weights, biases = [m.weight for m in modules], [m.bias for m in modules]
+    if len(modules) <= MAX_PARTS and _gemv_takes(x, weights, biases):
+        y = gemv_parts(x, weights, biases)
         return list(y.split([w.shape[0] for w in weights], dim=-1))
-    return [_linear(x, m.weight, m.bias) for m in modules]
+    return [_linear(x, w, b) for w, b in zip(weights, biases)]
 
 
 def _eps(norm: torch.nn.Module) -> float:
