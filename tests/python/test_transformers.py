@@ -292,6 +292,10 @@ FULL = [p for p in PARAMS if p.values[0] not in LIGHT]
 # Tiny configurations whose training transformers' own model does not repeat: a relative 1e-7 change to one weight
 # moves its 32-step losses by more than the test's 1e-4 (the one-step parity and dtype tests still run).
 CHAOTIC = {"gemma4": "tiny Gemma 4 is chaotic: a 1e-7 weight change moves transformers' own losses by 5e-3"}
+# The same amplification reaches one step's gradients: on the H200 one element of Gemma 4's 20480 embedding gradients
+# (0.27, the others ~1e-4) differs by 1.6e-5 between two fp32 runs, against 1.5e-5 allowed. Its families compare
+# gradients at this multiple of fp32's tolerance; their loss and logits keep fp32's.
+CHAOTIC_GRAD_TOL = 2
 COMPILED = [p for p in FULL if p.values[0] != "deepseek_v3"]  # MoE tracing is Qwen3-MoE's and Mixtral's test
 
 
@@ -402,8 +406,9 @@ def assert_tigon_modules(name: str, model) -> None:
     assert any(type(m).__name__.startswith("Tigon") for m in model.modules()) == bool(replaced)
 
 
-def compare(got, ref, name=""):
-    assert_close(got.detach(), ref.detach().double(), torch.float32, name=name)
+def compare(got, ref, name="", loosen=1):
+    tol = {k: v * loosen for k, v in TOL[torch.float32].items()}
+    assert_close(got.detach(), ref.detach().double(), torch.float32, name=name, tol=tol)
 
 
 @pytest.mark.parametrize("level", ["class", "instance"])
@@ -435,7 +440,7 @@ def test_family_matches_transformers(name, level, class_level, spies):
     compare(out.loss, ref_out.loss, "loss")
     assert grads.keys() == ref_grads.keys()
     for pname, g in grads.items():
-        compare(g, ref_grads[pname], pname)
+        compare(g, ref_grads[pname], pname, loosen=CHAOTIC_GRAD_TOL if name in CHAOTIC else 1)
 
     with torch.no_grad():  # eval: transformers' path, logits as usual, the patched modules underneath
         logits = model.eval()(input_ids=ids).logits
