@@ -23,6 +23,7 @@ from tigon.inference._engine import MIN_CACHE_BUCKET, bucket
 from tigon.inference._sampling import Sampling
 
 
+@torch.inference_mode()  # the eager step below runs the decode ops, which refuse inputs that require grad
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="llama-3-8b")
