@@ -46,6 +46,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--impls", type=_names, default=None, help="only these implementations, e.g. tigon,torch_eager")
     p.add_argument("--shapes", type=_shapes, default=None, help="override each op's shapes, e.g. 16384x4096,4096x4096")
+    p.add_argument(
+        "--configs",
+        type=_names,
+        default=None,
+        help="train_step: only these model configurations, e.g. llama,qwen3 (default: every one; --quick: llama)",
+    )
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
     p.add_argument("--quick", action="store_true", help="fewer reps (20 timed, 3 warm-up on a GPU)")
@@ -81,6 +87,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.impls = args.impls or list(sweep.IMPLS)
         if args.shapes:
             p.error("--sweep takes each op's shapes from tigon/bench/sweep.py; leave --shapes out")
+    bad = [c for c in args.configs or [] if c not in train_step.CONFIGS]
+    if bad:
+        p.error(f"unknown --configs {bad}; train_step has {list(train_step.CONFIGS)}")
     unknown = [o for o in args.ops if o not in BENCHMARKS]
     if unknown:
         p.error(f"unknown op(s) {unknown}; registered: {list(BENCHMARKS)}")
@@ -123,19 +132,19 @@ def main(argv=None) -> int:
             progress(f"copy bandwidth: {copy_gbps:.1f} GB/s (read + write)")
         ctx = Context(device=device, dtype=DTYPES[args.dtype], reps=reps, warmup=warmup, copy_gbps=copy_gbps, env=env)
         args.out.mkdir(parents=True, exist_ok=True)
+        record = _Recorder(None if args.op_process else args.record)
         if gpu and len(args.ops) > 1 and not (args.in_process or args.op_process):
             torch.cuda.empty_cache()  # the copy test's buffers: the ops' processes get the whole GPU
-            results, failed = _run_in_processes(args, ctx)
+            results, failed = _run_in_processes(args, ctx, record)
         else:
-            results, failed = _run_here(args, ctx)
+            results, failed = _run_here(args, ctx, record)
     if args.op_process:  # the parent records, charts and prints
         (args.out / "notes.json").write_text(json.dumps(ctx.notes))
         return 1 if failed else 0
 
     progress(f"wrote {args.out / 'results.jsonl'} ({len(results)} records)")
     if args.record:
-        records.append(results, args.record)
-        progress(f"appended {len(results)} rows to {args.record}")
+        progress(f"appended {record.rows} rows to {args.record}")
     op_rows = [r for r in results if records.whole_model(r["op"]) is None]  # whole-model rows: own tables, no chart
     if not args.no_chart:
         for path in draw_charts(op_rows, args.out):
@@ -160,7 +169,20 @@ def _tigon_failed(results: list[dict]) -> bool:
     return any(r.get("error") and r["impl"].startswith("tigon") for r in results)
 
 
-def _run_here(args, ctx) -> tuple[list[dict], bool]:
+class _Recorder:
+    """Appends each op's rows to the results file as soon as the op ends, so a run stopped part-way (a time limit)
+    keeps what it measured."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.rows = path, 0
+
+    def __call__(self, results: list[dict]) -> None:
+        if self.path is not None and len(results) > self.rows:
+            records.append(results[self.rows :], self.path)
+        self.rows = len(results)
+
+
+def _run_here(args, ctx, record) -> tuple[list[dict], bool]:
     """Every op of args.ops in this process: (rows, whether a Tigon row or a whole op failed)."""
     results, failed = [], False
     for op in args.ops:
@@ -173,10 +195,11 @@ def _run_here(args, ctx) -> tuple[list[dict], bool]:
             ctx.note(f"{op}: benchmark failed: {type(e).__name__}: {e}")
             failed = True
         write_jsonl(results, args.out / "results.jsonl")  # after every op: a run stopped part-way keeps it
+        record(results)
     return results, failed or _tigon_failed(results)
 
 
-def _run_in_processes(args, ctx) -> tuple[list[dict], bool]:
+def _run_in_processes(args, ctx, record) -> tuple[list[dict], bool]:
     """Every op of args.ops in a process of its own (python -m tigon.bench --op-process), one after another, with
     this run's settings and copy bandwidth: what one op's baselines leave behind on the GPU dies with its process."""
     results, failed = [], False
@@ -191,6 +214,8 @@ def _run_in_processes(args, ctx) -> tuple[list[dict], bool]:
             shapes = sweep.SHAPES[op] if args.sweep else args.shapes
             if shapes:
                 cmd += ["--shapes", ",".join("x".join(map(str, s)) for s in shapes)]
+            if args.configs:
+                cmd += ["--configs", ",".join(args.configs)]
             code = subprocess.run(cmd).returncode  # its progress and notes go to this run's stderr as they come
             rows, notes = Path(tmp, "results.jsonl"), Path(tmp, "notes.json")
             # one invocation is one run: its rows share the parent's timestamp, not each process's own
@@ -202,6 +227,7 @@ def _run_in_processes(args, ctx) -> tuple[list[dict], bool]:
             if not notes.exists():
                 ctx.note(f"{op}: benchmark process ended with exit code {code}")
         write_jsonl(results, args.out / "results.jsonl")
+        record(results)
     return results, failed
 
 

@@ -249,8 +249,12 @@ def run(args, ctx) -> list[dict]:
         return []
     if args.shapes:
         ctx.note(f"{OP}: --shapes does not apply (fixed model configurations: {', '.join(CONFIGS)})")
-    # quick: the Llama-style model with fused AdamW; else every configuration, and the first also with foreach AdamW
-    runs = [("llama", "fused")] if args.quick else [(c, "fused") for c in CONFIGS] + [("llama", "foreach")]
+    # --configs: those, with fused AdamW; quick: the Llama-style model with fused AdamW; else every configuration, and
+    # the first also with foreach AdamW
+    if args.configs:
+        runs = [(c, "fused") for c in args.configs]
+    else:
+        runs = [("llama", "fused")] if args.quick else [(c, "fused") for c in CONFIGS] + [("llama", "foreach")]
     warmup, steps = (2, 5) if args.quick else (3, 10)
     results = []
     for config, optimizer in runs:
