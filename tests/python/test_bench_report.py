@@ -198,6 +198,8 @@ def test_ops_in_processes_of_their_own_make_one_run(tmp_path, monkeypatch):
     args = cli.parse_args(["--ops", "rms_norm,layer_norm", "--out", str(tmp_path)])
     env = {"timestamp": "parent", "git_sha": "abc"}
     ctx = cli.Context(device=torch.device("cpu"), dtype=torch.bfloat16, reps=1, warmup=0, copy_gbps=1.0, env=env)
-    rows, failed = cli._run_in_processes(args, ctx)
+    record = cli._Recorder(tmp_path / "record.jsonl")  # the results file, appended op by op
+    rows, failed = cli._run_in_processes(args, ctx, record)
     assert not failed and [r["op"] for r in rows] == ["rms_norm", "layer_norm"]
     assert {r["timestamp"] for r in rows} == {"parent"} and len(records.runs(rows)) == 1
+    assert record.rows == 2 and [r["op"] for r in records.read(tmp_path / "record.jsonl")] == ["rms_norm", "layer_norm"]

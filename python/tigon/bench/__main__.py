@@ -182,9 +182,10 @@ class _Recorder:
         self.rows = len(results)
 
 
-def _run_here(args, ctx, record) -> tuple[list[dict], bool]:
-    """Every op of args.ops in this process: (rows, whether a Tigon row or a whole op failed)."""
-    results, failed = [], False
+def _run_here(args, ctx, record=None) -> tuple[list[dict], bool]:
+    """Every op of args.ops in this process: (rows, whether a Tigon row or a whole op failed); record(rows) after
+    each op when given."""
+    record, results, failed = record or _Recorder(None), [], False
     for op in args.ops:
         if args.sweep:
             args.shapes = sweep.SHAPES[op]
@@ -199,10 +200,11 @@ def _run_here(args, ctx, record) -> tuple[list[dict], bool]:
     return results, failed or _tigon_failed(results)
 
 
-def _run_in_processes(args, ctx, record) -> tuple[list[dict], bool]:
+def _run_in_processes(args, ctx, record=None) -> tuple[list[dict], bool]:
     """Every op of args.ops in a process of its own (python -m tigon.bench --op-process), one after another, with
-    this run's settings and copy bandwidth: what one op's baselines leave behind on the GPU dies with its process."""
-    results, failed = [], False
+    this run's settings and copy bandwidth: what one op's baselines leave behind on the GPU dies with its process.
+    record(rows) after each op when given."""
+    record, results, failed = record or _Recorder(None), [], False
     for op in args.ops:
         with tempfile.TemporaryDirectory(prefix=f"tigon-bench-{op}-") as tmp:
             cmd = [sys.executable, "-m", "tigon.bench", "--op-process", "--ops", op, "--out", tmp]
