@@ -109,6 +109,35 @@ def test_check_targets_reaches_the_patched_loss(loss):
         model(input_ids=ids, labels=labels)
 
 
+def test_patched_loss_chunks_with_the_model_budget_and_weight_dtype_dw(monkeypatch):
+    """The patched loss takes the model plan (smaller chunks, dW in the weight's dtype); forced to many chunks by a
+    tiny budget it still matches the unpatched model."""
+    import tigon.transformers._causal_lm as causal_lm
+
+    seen = {}
+    original = causal_lm.fused_linear_cross_entropy
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(causal_lm, "fused_linear_cross_entropy", spy)
+    monkeypatch.setattr(causal_lm, "MODEL_MEMORY_BUDGET", 4 * 2 * 256)  # 4 tokens of a 256-word vocabulary
+    reference = build("llama")
+    model = build("llama")
+    ids, labels = make_batch(model.config)
+    want_out, want = loss_and_grads(reference, ids, labels)
+    tt.patch(model)
+    try:
+        got_out, got = loss_and_grads(model, ids, labels)
+    finally:
+        tt.revert()
+    assert seen["dw_accumulation"] == "weight" and seen["memory_budget"] == 4 * 2 * 256
+    assert_close(got_out.loss, want_out.loss, torch.float32, name="loss")
+    for name, w in want.items():
+        assert_close(got[name], w, torch.float32, name=name)
+
+
 # ---- the Trainer switch -------------------------------------------------------------------------------------------
 
 

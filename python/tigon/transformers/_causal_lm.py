@@ -29,6 +29,11 @@ from tigon.ops.cross_entropy import cross_entropy
 from tigon.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 from tigon.transformers._families import Family
 
+# Logits per chunk in a patched model's loss: a third of the op's default. Beside a model's activations, weights and
+# optimizer state the loss must hold no more than Liger's chunked loss does; 512 MiB keeps >= 2048 tokens per chunk
+# up to a 128k vocabulary, where the GEMMs still run at full speed (docs/design/fused-linear-cross-entropy.md).
+MODEL_MEMORY_BUDGET = 512 << 20
+
 try:  # transformers >= 5.2x; older releases slice inline (the 2-D tensor forms came with the helper)
     from transformers.modeling_utils import slice_logits_to_keep
 except ImportError:
@@ -81,6 +86,10 @@ def fused_loss(
         softcap=softcap,
         reduction=reduction,
         check_targets=check_targets,
+        memory_budget=MODEL_MEMORY_BUDGET,
+        # dW in the weight's dtype across chunks, as the unpatched model's autograd (and Liger) hold it: an fp32
+        # V x H buffer would be the largest thing the loss holds
+        dw_accumulation="weight",
     )
     return loss if num_items_in_batch is None else _divide(loss, num_items_in_batch)
 
