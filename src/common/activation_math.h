@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tigon/activation.h"
+#include "tigon/swiglu.h"
 
 namespace tigon {
 
@@ -36,6 +37,14 @@ inline ActAndGrad activation_ref(int kind, double x) {
     }
     default: return {x, 1.0};  // TIGON_ACT_NONE
   }
+}
+
+// The gated activation of the SwiGLU / GeGLU family (kind: tigon_glu_activation_t), from the same math.
+inline ActAndGrad glu_activation_ref(int glu, double a) {
+  return activation_ref(glu == TIGON_GLU_SILU        ? TIGON_ACT_SILU
+                        : glu == TIGON_GLU_GELU_TANH ? TIGON_ACT_GELU_TANH
+                                                     : TIGON_ACT_GELU_ERF,
+                        a);
 }
 
 }  // namespace tigon

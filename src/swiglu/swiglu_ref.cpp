@@ -9,14 +9,6 @@ namespace tigon::swiglu {
 
 namespace {
 
-// The gated activation's function, from the shared pointwise math.
-ActAndGrad activation(int glu, double a) {
-  return activation_ref(glu == TIGON_GLU_SILU        ? TIGON_ACT_SILU
-                        : glu == TIGON_GLU_GELU_TANH ? TIGON_ACT_GELU_TANH
-                                                     : TIGON_ACT_GELU_ERF,
-                        a);
-}
-
 double elem(const RowMatrix& m, int64_t r, int64_t c) { return load_elem(m.data, m.dtype, r * m.row_stride + c); }
 void put(const RowMatrix& m, int64_t r, int64_t c, double v) { store_elem(m.data, m.dtype, r * m.row_stride + c, v); }
 
@@ -27,7 +19,7 @@ void fwd_cpu(const FwdProblem& p) {
   for (int64_t r = 0; r < p.a.rows; ++r)
     for (int64_t c = 0; c < p.a.cols; ++c) {
       const double a = round_to(t, elem(p.a, r, c) * p.gate), b = elem(p.b, r, c);
-      put(p.c, r, c, round_to(t, activation(p.activation, a).act) * b * p.down);  // c may be a or b: read first
+      put(p.c, r, c, round_to(t, glu_activation_ref(p.activation, a).act) * b * p.down);  // c may be a or b: read first
     }
 }
 
@@ -37,7 +29,7 @@ void bwd_cpu(const BwdProblem& p) {
     for (int64_t c = 0; c < p.a.cols; ++c) {
       // All three reads first: da may be a or dc, db may be b or dc.
       const double a = round_to(t, elem(p.a, r, c) * p.gate), b = elem(p.b, r, c), u = elem(p.dc, r, c) * p.down;
-      const ActAndGrad f = activation(p.activation, a);
+      const ActAndGrad f = glu_activation_ref(p.activation, a);
       put(p.da, r, c, round_to(t, round_to(t, u * b) * f.grad) * p.gate);
       put(p.db, r, c, u * round_to(t, f.act));
     }

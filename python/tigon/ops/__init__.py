@@ -14,6 +14,7 @@ from tigon.ops.group_norm import group_norm
 from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.linear_act import linear_act
+from tigon.ops.moe import moe_experts
 from tigon.ops.poly_norm import poly_norm
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope, rope_one
@@ -43,6 +44,7 @@ __all__ = [
     "kl_div",
     "layer_norm",
     "linear_act",
+    "moe_experts",
     "poly_norm",
     "quantize_rows",
     "relu",
