@@ -41,7 +41,9 @@ class Family:
     # MoE: <prefix>Experts with 3-D gate_up_proj, gated through _apply_gate; the router's load-balancing loss is added
     # where the modeling module has load_balancing_loss_func (not every MoE family trains with one)
     experts: bool = False
-    experts_gate: bool = True  # the experts' gate is act(gate) * up (GPT-OSS's clamped gate is not)
+    # the experts' gate is act(gate) * up (GPT-OSS's clamped gate is not): their forward becomes one fused
+    # tigon.ops.moe_experts where the module allows it, and _apply_gate Tigon's for the rest
+    experts_gate: bool = True
     softcap: bool = False  # config.final_logit_softcapping applies to the logits
     logits_scaling: bool = False  # logits divided by config.logits_scaling (Granite)
     logit_scale: str | None = None  # config attribute the logits are multiplied by (Cohere, Falcon-H1)

@@ -1,5 +1,5 @@
 """The Tigon pieces that stand in for a family's modules: RMSNorm and MLP classes with the family's constructor
-signature, apply_rotary_pos_emb with transformers' signature, and the MoE experts' gate."""
+signature, apply_rotary_pos_emb with transformers' signature, and the MoE experts' forward and gate."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tigon.ops.rope import rope as _tigon_rope
 from tigon.ops.rope import rope_one as _tigon_rope_one
 from tigon.nn.swiglu import _HIDDEN_ACT, FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.ops._common import FLOAT_DTYPES, rows_ok
+from tigon.ops.moe import experts_activation, moe_experts
 from tigon.ops.swiglu import ACTIVATIONS, _FusedGLU
 from tigon.transformers._families import NORMS, Family
 
@@ -205,3 +206,54 @@ def experts_gate(fallback):
     _apply_gate.__qualname__ = "tigon_experts_apply_gate"
     _apply_gate._tigon_original = fallback
     return _apply_gate
+
+
+# transformers' experts implementations the fused op stands in for: those computing the plain experts with torch ops.
+# A kernel picked by name (deepgemm, sonicmoe, one registered by the user) keeps its place.
+_FUSED_OVER = (None, "eager", "grouped_mm", "batched_mm")
+
+
+def _fusable(self, hidden_states, top_k_index, top_k_weights) -> bool:
+    """The call's side of experts_forward's choice: the arguments transformers' MoE blocks pass (tokens [T, H],
+    ids and weights [T, k]) on a device the op runs on, in a dtype it takes without another cast than autocast's."""
+    ok = (
+        isinstance(hidden_states, torch.Tensor)
+        and isinstance(top_k_index, torch.Tensor)
+        and isinstance(top_k_weights, torch.Tensor)
+        and getattr(getattr(self, "config", None), "_experts_implementation", None) in _FUSED_OVER
+        and hidden_states.dim() == 2
+        and hidden_states.dtype in FLOAT_DTYPES
+        and hidden_states.device.type in ("cpu", "cuda")
+        and top_k_index.dtype in (torch.int32, torch.int64)
+        and top_k_index.dim() == 2
+        and top_k_index.shape[0] == hidden_states.shape[0]
+        and top_k_weights.shape == top_k_index.shape
+        and top_k_weights.is_floating_point()
+    )
+    # experts in another dtype than the activations are transformers' to handle (grouped_mm casts the activations),
+    # but under autocast the op casts both
+    weight = getattr(self, "gate_up_proj", None)
+    return ok and (
+        getattr(weight, "dtype", None) == hidden_states.dtype or torch.is_autocast_enabled(hidden_states.device.type)
+    )
+
+
+def experts_forward(fallback):
+    """A forward for transformers' MoE experts modules: routing, both projections, the gate and the weighted sum as
+    one tigon.ops.moe_experts, where experts_activation() finds the module's math to be the op's. fallback
+    (transformers' forward, which dispatches on config._experts_implementation) takes everything else. It replaces
+    that dispatcher, so the fused op runs whichever of eager, grouped_mm or batched_mm the config names."""
+    fallback = getattr(fallback, "_tigon_original", fallback)
+
+    def forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs):
+        act = None
+        if not args and not kwargs and _fusable(self, hidden_states, top_k_index, top_k_weights):
+            act = experts_activation(self)
+        if act is None:
+            return fallback(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs)
+        out = moe_experts(hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj, act)
+        return out.to(hidden_states.dtype)  # under autocast the op computes in its dtype; transformers returns x's
+
+    forward.__qualname__ = "tigon_experts_forward"
+    forward._tigon_original = fallback
+    return forward

@@ -14,7 +14,7 @@ import torch
 
 from tigon.transformers._causal_lm import make_forward
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
-from tigon.transformers._modules import ROPE, activation_of, experts_gate, mlp_class, norm_class
+from tigon.transformers._modules import ROPE, activation_of, experts_forward, experts_gate, mlp_class, norm_class
 from tigon.transformers.attention import NAME as ATTENTION
 
 log = logging.getLogger("tigon.transformers")
@@ -83,6 +83,8 @@ def apply_class(
         _set(family, mod, family.mlp_cls, mlp_class(family, _original(family, mod, family.mlp_cls)))
     experts = getattr(mod, f"{p}Experts", None)  # older transformers may run the family's experts inline
     if swiglu and family.experts and family.experts_gate and hasattr(experts, "_apply_gate"):
+        # the whole block fused where the module allows it; the gate still serves transformers' forward elsewhere
+        _set(family, experts, "forward", experts_forward(_original(family, experts, "forward")))
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
         _set(family, mod, family.rope_fn, ROPE[family.rope])
@@ -197,6 +199,8 @@ def apply_instance(
     for m in model.modules():
         if swiglu and family.experts and family.experts_gate and mine(m, f"{p}Experts") and hasattr(m, "_apply_gate"):
             m._apply_gate = types.MethodType(experts_gate(type(m)._apply_gate), m)
+            if "forward" not in vars(m):  # a forward of the instance's own (expert parallelism's wrapper) stays
+                m.forward = types.MethodType(experts_forward(type(m).forward), m)
             counts["experts"] += 1
         if rope and mine(m, family.attention_cls):
             forward = with_globals(type(m).forward, **{family.rope_fn: ROPE[family.rope]})
