@@ -17,7 +17,20 @@ transformers = pytest.importorskip("transformers")
 import tigon  # noqa: E402
 from test_transformers import build, family_param  # noqa: E402
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "granite", "gemma", "gemma2", "gemma3", "phi3", "olmo2"]
+FAMILIES = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "granite",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "olmo2",
+    "qwen3_moe",
+    "mixtral",
+]
 PARAMS = [family_param(n) for n in FAMILIES]
 NEW_TOKENS = 64
 VOCAB = 320  # test_transformers' tiny vocabulary; ids 0-2 are pad, bos, eos
@@ -26,6 +39,7 @@ VOCAB = 320  # test_transformers' tiny vocabulary; ids 0-2 are pad, bos, eos
 def pair(name: str, dtype=torch.float32, batch: int = 2, seq: int = 128):
     """transformers' model and an optimized copy of it (the same weights)."""
     ref = build(name, dtype=dtype).eval()
+    ref.config.output_router_logits = False  # MoE: no router loss while generating (transformers' fails on a mask)
     return ref, tigon.optimize_model(copy.deepcopy(ref), max_batch_size=batch, max_seq_len=seq)
 
 
@@ -66,6 +80,10 @@ def test_forward_logits_match_transformers(name, dtype):
     """Teacher-forced logits at every position of a left-padded batch (positions past the padding: the padding's own
     are not defined). bf16: both sides round every op to bf16 but SDPA and eager attention sum in other orders, so
     the logits agree to a few bf16 units of their largest magnitude (5%)."""
+    if dtype == torch.bfloat16 and name in ("qwen3_moe", "mixtral"):
+        pytest.skip(
+            "bf16 MoE: one rounding apart in the hidden state can flip a token's top-k expert (a discrete jump)"
+        )
     ref, opt = pair(name, dtype)
     ids, mask = prompts()
     with torch.no_grad():
@@ -99,9 +117,9 @@ def test_tigon_kernel_path_matches_transformers(monkeypatch, name):
 
 
 def test_unsupported_family_is_returned_unchanged():
-    model = build("mixtral").eval()
+    model = build("olmoe").eval()
     forward, generate = model.forward, model.generate
-    with pytest.warns(UserWarning, match="not supported for inference yet: model type 'mixtral'"):
+    with pytest.warns(UserWarning, match="not supported for inference yet: model type 'olmoe'"):
         assert tigon.optimize_model(model) is model
     assert not hasattr(model, "tigon_inference")
     assert model.forward == forward and model.generate == generate
@@ -369,6 +387,8 @@ KERNEL_MODELS = {  # tiny models with head dims Tigon's decode attention takes (
             sliding_window=16,
         ),
     ),
+    # MoE: the router and tigon.ops.moe_experts inside the captured step (routing on the device, no host sync)
+    "qwen3_moe": ("Qwen3MoeConfig", dict(head_dim=64, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2)),
 }
 
 

@@ -25,6 +25,7 @@ _RUNNERS = {
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
     "linear_act": ("linear_act", "run"),
+    "moe_experts": ("moe_experts", "run"),
     "conv2d_relu": ("conv2d", "run"),
     "cross_entropy": ("cross_entropy", "run"),
     "distill": ("distill", "run"),

@@ -50,7 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--configs",
         type=_names,
         default=None,
-        help="train_step: only these model configurations, e.g. llama,qwen3 (default: every one; --quick: llama)",
+        help="train_step: only these model configurations, e.g. llama,qwen3 (default: every one; --quick: llama); "
+        "decode: these model shapes, e.g. qwen3-30b-a3b (default: llama-3-8b)",
     )
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
@@ -87,9 +88,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.impls = args.impls or list(sweep.IMPLS)
         if args.shapes:
             p.error("--sweep takes each op's shapes from tigon/bench/sweep.py; leave --shapes out")
-    bad = [c for c in args.configs or [] if c not in train_step.CONFIGS]
+    from tigon.inference import configs as decode_configs
+
+    bad = [c for c in args.configs or [] if c not in train_step.CONFIGS and c not in decode_configs.CONFIGS]
     if bad:
-        p.error(f"unknown --configs {bad}; train_step has {list(train_step.CONFIGS)}")
+        p.error(
+            f"unknown --configs {bad}; train_step has {list(train_step.CONFIGS)}, decode {list(decode_configs.CONFIGS)}"
+        )
     unknown = [o for o in args.ops if o not in BENCHMARKS]
     if unknown:
         p.error(f"unknown op(s) {unknown}; registered: {list(BENCHMARKS)}")

@@ -188,6 +188,17 @@ def run(args, ctx) -> list[dict]:
     )
     if args.shapes:
         ctx.note(f"{OP}: --shapes does not apply (model {name}, prompt {prompt}, {new} new tokens)")
+    names = [c for c in args.configs or [] if c in configs.CONFIGS] or [name]  # --configs: other model shapes
+    results = []
+    for name in names:
+        results += _run_model(args, ctx, name, prompt, new, batches)
+    return results
+
+
+def _run_model(args, ctx, name, prompt, new, batches) -> list[dict]:
+    from tigon.inference import configs
+
+    gpu = ctx.device.type == "cuda"
     dtype = ctx.dtype if gpu else torch.float32
     model = configs.build(name, dtype, ctx.device)
     model.generation_config.eos_token_id = None  # every row decodes the full length

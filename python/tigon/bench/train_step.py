@@ -6,15 +6,17 @@ apply_liger_kernel_to_<family>.
 One step = forward with labels=input_ids, backward, AdamW step (fused, what current trainers use; outside --quick also
 foreach, which holds a temporary per parameter), zero_grad; bf16 weights, SDPA attention (built with
 attn_implementation="sdpa"; the tigon_attention row switches it to "tigon"), activation checkpointing (non-reentrant),
-random weights and tokens (no download). Configurations: the three models at batch 4 x 2048, and the Llama-style one
-at 1 x 16384 tokens and as a padding-free packed batch (documents of mixed lengths in one row, position_ids restarting
-at each, the first label of each document ignored, as DataCollatorWithFlattening builds it). step_ms is the mean over the timed
+random weights and tokens (no download). Configurations: the four models at batch 4 x 2048 (the mixture-of-experts one
+in transformers' default grouped_mm experts, with its load-balancing loss), and the Llama-style one at 1 x 16384
+tokens and as a padding-free packed batch (documents of mixed lengths in one row, position_ids restarting at each, the
+first label of each document ignored, as DataCollatorWithFlattening builds it). step_ms is the mean over the timed
 steps (host overhead included: what a training loop sees), after warm-up steps that allocate the optimizer state;
 peak_gib is torch.cuda.max_memory_allocated over warm-up and timed steps (weights, gradients and optimizer state
 included); peak_fwd_bwd_gib the same over the timed steps' forward and backward alone, before the optimizer step (whose
 own peak, weights + gradients + moments (+ foreach AdamW's temporary sqrt of every second moment), no model kernel
-changes); states_gib is weights + gradients + moments. GPU only: on a CPU the benchmark notes that it skips. Slow (each configuration builds a 1-2 B-parameter
-model three times), so it is not in the default op list: python -m tigon.bench --ops train_step [--quick].
+changes); states_gib is weights + gradients + moments. GPU only: on a CPU the benchmark notes that it skips. Slow (each
+configuration builds a 1-2 B-parameter model, 5.6 B for the mixture of experts, once per implementation), so it is not
+in the default op list: python -m tigon.bench --ops train_step [--quick]; --quick runs the Llama-style model alone.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ import traceback
 import torch
 
 from tigon.bench.report import Skip, progress
+from tigon.inference.configs import QWEN3_30B_A3B
 
 OP = "train_step"
 BATCH, SEQ = 4, 2048
 
 # Llama-style (the shape the targets name), plus one Gemma-style (Gemma 3 1B's shape: GeGLU, (1 + w) norms in fp32, q/k norms,
-# 262k tied vocabulary) and one Qwen-style (Qwen3 1.7B's shape: q/k norms, 152k tied vocabulary).
+# 262k tied vocabulary), one Qwen-style (Qwen3 1.7B's shape: q/k norms, 152k tied vocabulary) and one mixture of experts
+# (Qwen3-30B-A3B's layers: 128 SwiGLU experts, 8 per token, beside the same attention).
 MODELS = {
     "llama": (
         "LlamaConfig",
@@ -74,12 +78,26 @@ MODELS = {
             tie_word_embeddings=True,
         ),
     ),
+    # Qwen3-30B-A3B's shape with 8 of its 48 layers (5.6 B parameters, 1.1 B active per token: its states fit one GPU).
+    # The released config leaves output_router_logits off (inference); training adds the load-balancing loss, at the
+    # released coefficient, and so pays for the router logits of every layer.
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(
+            QWEN3_30B_A3B,
+            num_hidden_layers=8,
+            output_router_logits=True,
+            router_aux_loss_coef=0.001,
+            tie_word_embeddings=False,
+        ),
+    ),
 }
 # Run configurations: (model, batch, tokens per row, packed document lengths or None).
 CONFIGS = {
     "llama": ("llama", BATCH, SEQ, None),
     "gemma3_text": ("gemma3_text", BATCH, SEQ, None),
     "qwen3": ("qwen3", BATCH, SEQ, None),
+    "qwen3_moe": ("qwen3_moe", BATCH, SEQ, None),
     "llama_16k": ("llama", 1, 16384, None),
     "llama_packed": ("llama", 1, BATCH * SEQ, (1024, 3072, 512, 2560, 1024)),
 }
@@ -88,6 +106,7 @@ LIGER = {
     "llama": "apply_liger_kernel_to_llama",
     "gemma3_text": "apply_liger_kernel_to_gemma3_text",
     "qwen3": "apply_liger_kernel_to_qwen3",
+    "qwen3_moe": "apply_liger_kernel_to_qwen3_moe",
 }
 
 
@@ -252,7 +271,7 @@ def run(args, ctx) -> list[dict]:
     # --configs: those, with fused AdamW; quick: the Llama-style model with fused AdamW; else every configuration, and
     # the first also with foreach AdamW
     if args.configs:
-        runs = [(c, "fused") for c in args.configs]
+        runs = [(c, "fused") for c in args.configs if c in CONFIGS]  # the rest name decode models
     else:
         runs = [("llama", "fused")] if args.quick else [(c, "fused") for c in CONFIGS] + [("llama", "foreach")]
     warmup, steps = (2, 5) if args.quick else (3, 10)

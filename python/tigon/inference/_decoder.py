@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from tigon.inference._ops import _add_rms_norm, _glu, _linear, _projections, _rms_norm, _rope, _tigon_kernels
-from tigon.inference._spec import Layer, Spec
+from tigon.inference._spec import Layer, Spec, is_moe
 
 
 class Decoder:
@@ -109,9 +109,22 @@ class Decoder:
         return _linear(out.transpose(1, 2).reshape(b, t, -1), a.o_proj.weight, a.o_proj.bias)
 
     def _mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
+        if is_moe(mlp):
+            return self._experts(mlp, x)
         if hasattr(mlp, "gate_up_proj"):  # Phi-3's fused projection: gate first
             gate, up = _linear(x, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias).chunk(2, dim=-1)
         else:
             gate, up = _projections(x, [mlp.gate_proj, mlp.up_proj])
         s = self.spec
         return _linear(_glu(gate, up, s.glu, s.activation), mlp.down_proj.weight, mlp.down_proj.bias)
+
+    def _experts(self, mlp, x: torch.Tensor) -> torch.Tensor:
+        """A sparse MoE block: the model's own router, then every token's experts in one tigon.ops.moe_experts (routing
+        on the device: nothing synchronises, so the step stays one CUDA graph)."""
+        from tigon.ops.moe import experts_activation, moe_experts
+
+        x2 = x.reshape(-1, x.shape[-1])
+        _, weights, ids = mlp.gate(x2)
+        e = mlp.experts
+        out = moe_experts(x2, ids, weights, e.gate_up_proj, e.down_proj, activation=experts_activation(e))
+        return out.reshape(x.shape)

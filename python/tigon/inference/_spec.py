@@ -26,6 +26,8 @@ NORM_PLACEMENT = {
     "gemma2": "sandwich",
     "gemma3_text": "sandwich",
     "olmo2": "post",
+    "qwen3_moe": "pre",
+    "mixtral": "pre",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -113,12 +115,35 @@ def _linears(layer) -> list[nn.Module | None]:
     a, m = layer.self_attn, layer.mlp
     qkv = ["qkv_proj"] if hasattr(a, "qkv_proj") else ["q_proj", "k_proj", "v_proj"]
     gate_up = ["gate_up_proj"] if hasattr(m, "gate_up_proj") else ["gate_proj", "up_proj"]
-    return [getattr(a, n, None) for n in qkv + ["o_proj"]] + [getattr(m, n, None) for n in gate_up + ["down_proj"]]
+    mlp = [] if is_moe(m) else [getattr(m, n, None) for n in gate_up + ["down_proj"]]
+    return [getattr(a, n, None) for n in qkv + ["o_proj"]] + mlp
+
+
+def is_moe(mlp: nn.Module) -> bool:
+    """A sparse MoE block (router `gate` + `experts`) rather than a dense MLP (Qwen3-MoE mixes both)."""
+    return hasattr(mlp, "experts") and hasattr(mlp, "gate")
+
+
+def _moe_problem(mlp: nn.Module) -> str | None:
+    """Why the decode loop cannot run this MoE block as router + tigon.ops.moe_experts, or None."""
+    from tigon.ops.moe import experts_activation
+
+    # transformers' top-k router modules return (logits, routing weights, expert ids); a plain nn.Linear gate (older
+    # releases) leaves the softmax and top-k to the block's own forward
+    if not type(mlp.gate).__name__.endswith("TopKRouter"):
+        return f"the MoE router {type(mlp.gate).__name__} (a top-k router module is needed)"
+    if any(hasattr(mlp, n) for n in ("shared_expert", "shared_experts")):
+        return "shared experts"
+    if experts_activation(mlp.experts) is None:
+        return f"{type(mlp.experts).__name__} outside what tigon.ops.moe_experts computes (layout, activation, dtype)"
+    return None
 
 
 def _layer_problem(layer) -> str | None:
     if any(type(m) is not nn.Linear for m in _linears(layer)):  # LoRA, quantized or remote-code projections
         return "projections that are not plain nn.Linear modules (adapters, quantization or remote code)"
+    if is_moe(layer.mlp) and (problem := _moe_problem(layer.mlp)):
+        return problem
     kind = getattr(layer.self_attn, "layer_type", None)
     if kind not in (None, "full_attention", "sliding_attention"):
         return f"attention layer type {kind!r}"

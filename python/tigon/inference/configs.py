@@ -1,5 +1,5 @@
 """Model shapes by name, for random-weight models built without a download: tiny ones for tests and CPU runs, and the
-Llama-3-8B and BERT-base shapes the decode and encoder benchmarks measure on a GPU."""
+Llama-3-8B, Qwen3-30B-A3B and BERT-base shapes the decode and encoder benchmarks measure on a GPU."""
 
 from __future__ import annotations
 
@@ -18,12 +18,35 @@ TINY = dict(
     eos_token_id=2,
 )
 GEMMA = dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=16)
+# Qwen3-30B-A3B: 128 experts, 8 per token; ~3.3 B parameters read per token of its 30.5 B (the training benchmark
+# takes 8 of its layers)
+QWEN3_30B_A3B = dict(
+    vocab_size=151936,
+    hidden_size=2048,
+    intermediate_size=6144,
+    moe_intermediate_size=768,
+    num_hidden_layers=48,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    head_dim=128,
+    num_experts=128,
+    num_experts_per_tok=8,
+    norm_topk_prob=True,
+    max_position_embeddings=40960,
+    rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+    bos_token_id=151643,
+    eos_token_id=151645,
+)
 CONFIGS = {
     "tiny-llama": ("LlamaConfig", TINY),
     "tiny-qwen3": ("Qwen3Config", dict(TINY, head_dim=16)),
     "tiny-gemma2": ("Gemma2Config", dict(TINY, **GEMMA, final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
     "tiny-gemma3": ("Gemma3TextConfig", dict(TINY, **GEMMA)),
     "tiny-phi3": ("Phi3Config", TINY),
+    "tiny-qwen3-moe": (
+        "Qwen3MoeConfig",
+        dict(TINY, head_dim=16, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2),
+    ),
     "llama-3-8b": (
         "LlamaConfig",
         dict(
@@ -39,6 +62,7 @@ CONFIGS = {
             eos_token_id=128001,
         ),
     ),
+    "qwen3-30b-a3b": ("Qwen3MoeConfig", QWEN3_30B_A3B),
 }
 
 
