@@ -498,6 +498,64 @@ def test_grpo_options(option, level):
 # ---- bad input ------------------------------------------------------------------------------------------------------
 
 
+# ---- the gradient made in the forward --------------------------------------------------------------------------------
+
+
+def _dpo_call(x, w, t, b, rx, rw):
+    return FusedLinearDPOLoss(beta=0.2, compute_nll_loss=True)(w, x, t, b, ref_input=rx, ref_weight=rw)
+
+
+def _grpo_call(x, w, t, b, rx, rw):
+    ids, mask, adv, noise, _ = grpo_batch()
+    return FusedLinearGRPOLoss(beta=0.05, loss_type="grpo", temperature=0.8)(
+        x, w, ids, mask, adv, b, ref_input=rx, ref_weight=rw
+    )
+
+
+def _loss_and_grads(call, batch):
+    x, w, t, b = make(batch, bias=True)
+    rx, rw, _ = ref_model(batch)
+    leaves = [v.clone().requires_grad_(True) for v in (x, w, b)]
+    loss, aux = call(*leaves[:2], t, leaves[2], rx, rw)
+    return loss, aux, torch.autograd.grad(loss * 1.3, leaves)
+
+
+@pytest.mark.parametrize("call, batch", [(_dpo_call, 2 * P), (_grpo_call, B)], ids=["dpo", "grpo"])
+def test_gradient_made_in_the_forward_matches_autograd(monkeypatch, call, batch):
+    """The policy's gradient made in the forward (one logits GEMM per chunk) against autograd through the op's
+    backward, chunked one group at a time and several groups a chunk; the policy never goes through
+    selective_log_probs (only the reference does, without a gradient)."""
+    from tigon.losses import _in_forward
+
+    calls = []
+    real = _in_forward.selective_log_probs
+    monkeypatch.setattr(_in_forward, "selective_log_probs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    loss, aux, grads = _loss_and_grads(call, batch)
+    assert type(loss.grad_fn).__name__ == "_PrecomputedLossBackward" and not calls
+    row_bytes = T * V * 4
+    for budget in (1, 2 * row_bytes):  # every group in a chunk of its own; two sequences a chunk
+        monkeypatch.setattr(_in_forward, "DEFAULT_BUDGET", budget)
+        loss_c, aux_c, grads_c = _loss_and_grads(call, batch)
+        torch.testing.assert_close(loss_c, loss)
+        for a, c in zip((*aux, *grads), (*aux_c, *grads_c)):
+            torch.testing.assert_close(c, a)
+    monkeypatch.setattr(_in_forward, "in_forward_applies", lambda *a: False)
+    loss_a, aux_a, grads_a = _loss_and_grads(call, batch)
+    assert calls, "the autograd path was not taken"
+    torch.testing.assert_close(loss_a, loss)
+    for a, c in zip((*aux, *grads), (*aux_a, *grads_a)):
+        torch.testing.assert_close(c, a, atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_made_in_the_forward_refuses_a_second_backward():
+    x, w, t, _ = make()
+    w = w.clone().requires_grad_(True)
+    loss, _ = FusedLinearDPOLoss(use_ref_model=False)(w, x, t)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_bad_input_names_the_argument():
     x, w, t, _ = make()
     dpo = FusedLinearDPOLoss(use_ref_model=False)

@@ -1,5 +1,6 @@
 """What the paired preference losses share: argument checks, the policy's and the reference's sequence
-log-probabilities (one pass of the fused op over chosen and rejected together), the NLL term and the logits means.
+log-probabilities (one pass over chosen and rejected together; the policy's gradient made in that pass), the NLL
+term and the logits means.
 
 The batch holds the chosen sequences first and the rejected ones second ([2P, T, H]), Liger's convention. The aux
 outputs are detached metrics, as Liger's autograd functions return them (no gradient flows through them).
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tigon.losses._in_forward import pair_groups, policy_loss
 from tigon.losses.log_probs import logits_sum, selective_log_probs, sequence_log_probs
 from tigon.ops._common import check_tensor
 
@@ -22,7 +24,9 @@ __all__ = [
     "check_sequences",
     "check_paired",
     "check_reference",
+    "policy_of",
     "policy_pass",
+    "run_paired",
     "reference_log_probs",
     "chosen_nll",
     "logits_means",
@@ -91,15 +95,18 @@ def check_reference(op: str, target, ref_input, ref_weight) -> None:
 
 @dataclass
 class PolicyPass:
-    per_token: torch.Tensor  # [B, T] log-probabilities of the targets (0 where ignored), differentiable
+    per_token: torch.Tensor  # [B, T] log-probabilities of the targets (0 where ignored)
     mask: torch.Tensor  # [B, T] bool, target != ignore_index
-    logps: torch.Tensor  # [B] summed (or averaged) over the mask, differentiable
+    logps: torch.Tensor  # [B] summed (or averaged) over the mask
+
+
+def policy_of(per_token: torch.Tensor, mask: torch.Tensor, average: bool) -> PolicyPass:
+    return PolicyPass(per_token, mask, sequence_log_probs(per_token, mask, average))
 
 
 def policy_pass(x, weight, target, bias, ignore_index: int, average: bool, temperature: float = 1.0) -> PolicyPass:
     per_token = selective_log_probs(x, weight, target, bias, temperature, ignore_index)
-    mask = target != ignore_index
-    return PolicyPass(per_token, mask, sequence_log_probs(per_token, mask, average))
+    return policy_of(per_token, target != ignore_index, average)
 
 
 def reference_log_probs(
@@ -122,6 +129,29 @@ def chosen_nll(x, weight, bias, target, policy: PolicyPass, nll_target, ignore_i
     return -selective_log_probs(x[:pairs], weight, chosen_target, bias, 1.0, ignore_index).sum() / count
 
 
+def run_paired(module, x, weight, bias, target, pairs: int, average: bool, pair_loss, nll_target=None):
+    """The paired loss of module over x [2P, T, H]: pair_loss(policy) [a scalar, separable over pairs] plus alpha NLL
+    when module.compute_nll_loss, with the policy's gradient made in the forward (_in_forward.policy_loss; not with a
+    separate nll_target, whose own pass autograd takes). Returns (loss, policy with detached values, the NLL's
+    value)."""
+    mask = target != module.ignore_index
+    nll = {}
+
+    def loss_of(per_token):
+        policy = policy_of(per_token, mask, average)
+        loss = pair_loss(policy)
+        if module.compute_nll_loss:
+            term = chosen_nll(x, weight, bias, target, policy, nll_target, module.ignore_index, pairs)
+            nll["value"] = term.detach()  # the last call's: the whole batch's (policy_loss evaluates it last)
+            loss = loss + getattr(module, "alpha", 1.0) * term
+        return loss
+
+    loss, per_token = policy_loss(
+        x, weight, bias, target, module.ignore_index, 1.0, pair_groups(pairs), loss_of, fuse=nll_target is None
+    )
+    return loss, policy_of(per_token, mask, average), nll.get("value", torch.zeros((), device=loss.device))
+
+
 @torch.no_grad()
 def logits_means(x, weight, bias, pairs: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Liger's chosen and rejected logits means: the sum of every logit of each half over pairs * T * V. Computed from
@@ -134,14 +164,9 @@ def logits_means(x, weight, bias, pairs: int) -> tuple[torch.Tensor, torch.Tenso
     )
 
 
-def paired_outputs(loss, module, x, weight, bias, target, policy: PolicyPass, pairs: int, *aux, nll_target=None):
-    """Liger's return value: loss + alpha NLL (when module.compute_nll_loss), (chosen_logps, rejected_logps,
-    chosen_logits_mean, rejected_logits_mean, nll_loss, *aux), every output after the loss detached."""
-    if module.compute_nll_loss:
-        nll = chosen_nll(x, weight, bias, target, policy, nll_target, module.ignore_index, pairs)
-        loss = loss + getattr(module, "alpha", 1.0) * nll
-    else:
-        nll = torch.zeros((), device=loss.device)
+def paired_outputs(loss, nll, x, weight, bias, policy: PolicyPass, pairs: int, *aux):
+    """Liger's return value: (loss, (chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean,
+    nll_loss, *aux)), every output after the loss detached."""
     means = logits_means(x, weight, bias, pairs)
     extras = (policy.logps[:pairs], policy.logps[pairs:], *means, nll, *aux)
     return loss, tuple(t.detach() for t in extras)

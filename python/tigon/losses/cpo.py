@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tigon.losses._paired import check_number, check_paired, check_tensor, paired_outputs, policy_pass
+from tigon.losses._paired import check_number, check_paired, check_tensor, paired_outputs, run_paired
 
 __all__ = ["FusedLinearCPOLoss", "FusedLinearSimPOLoss"]
 
@@ -38,12 +38,15 @@ class _MarginLoss(torch.nn.Module):
         op = self._OP
         pairs = check_paired(op, _input, lin_weight, target)
         check_tensor(op, "bias", bias, optional=True)
-        policy = policy_pass(_input, lin_weight, target, bias, self.ignore_index, self.average_log_prob)
-        c, r = policy.logps[:pairs], policy.logps[pairs:]
-        z = self.beta * (c - r) - self.gamma
         ls = self.label_smoothing
-        loss = (-(1 - ls) * F.logsigmoid(z) - ls * F.logsigmoid(-z)).sum() / pairs
-        return paired_outputs(loss, self, _input, lin_weight, bias, target, policy, pairs, self.beta * c, self.beta * r)
+
+        def pair_loss(policy):
+            z = self.beta * (policy.logps[:pairs] - policy.logps[pairs:]) - self.gamma
+            return (-(1 - ls) * F.logsigmoid(z) - ls * F.logsigmoid(-z)).sum() / pairs
+
+        loss, policy, nll = run_paired(self, _input, lin_weight, bias, target, pairs, self.average_log_prob, pair_loss)
+        c, r = policy.logps[:pairs], policy.logps[pairs:]
+        return paired_outputs(loss, nll, _input, lin_weight, bias, policy, pairs, self.beta * c, self.beta * r)
 
 
 class FusedLinearCPOLoss(_MarginLoss):

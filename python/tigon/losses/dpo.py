@@ -34,8 +34,8 @@ from tigon.losses._paired import (
     check_reference,
     check_tensor,
     paired_outputs,
-    policy_pass,
     reference_log_probs,
+    run_paired,
 )
 
 __all__ = ["FusedLinearDPOLoss", "DPO_LOSS_TYPES", "dpo_pair_losses"]
@@ -165,8 +165,7 @@ class FusedLinearDPOLoss(torch.nn.Module):
     ):
         pairs = check_paired(_OP, _input, lin_weight, target)
         check_tensor(_OP, "bias", bias, optional=True)
-        policy = policy_pass(_input, lin_weight, target, bias, self.ignore_index, self.average_log_prob)
-        chosen, rejected = policy.logps[:pairs], policy.logps[pairs:]
+        device = _input.device
         if ref_chosen_logps is not None or ref_rejected_logps is not None:
             for name, t in (("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps)):
                 check_tensor(_OP, name, t)
@@ -178,26 +177,35 @@ class FusedLinearDPOLoss(torch.nn.Module):
             ref = reference_log_probs(ref_input, ref_weight, target, ref_bias, self.ignore_index, self.average_log_prob)
             ref_chosen, ref_rejected = ref[:pairs], ref[pairs:]
         else:
-            ref_chosen = ref_rejected = torch.zeros((), device=chosen.device)
-        chosen_logratios, rejected_logratios = chosen - ref_chosen, rejected - ref_rejected
-        tokens = None if self.average_log_prob else policy.mask.sum(-1).clamp(min=1)
-        losses = dpo_pair_losses(
-            chosen_logratios,
-            rejected_logratios,
-            self.beta,
-            self.loss_type,
-            self.label_smoothing,
-            self.discopop_tau,
-            None if tokens is None else tokens[:pairs],
-            None if tokens is None else tokens[pairs:],
-        )
+            ref_chosen = ref_rejected = torch.zeros((), device=device)
+        mask = target != self.ignore_index
+        tokens = None if self.average_log_prob else mask.sum(-1).clamp(min=1)
+
+        def logratios(policy):
+            return policy.logps[:pairs] - ref_chosen, policy.logps[pairs:] - ref_rejected
+
+        def pair_loss(policy):
+            chosen_logratios, rejected_logratios = logratios(policy)
+            losses = dpo_pair_losses(
+                chosen_logratios,
+                rejected_logratios,
+                self.beta,
+                self.loss_type,
+                self.label_smoothing,
+                self.discopop_tau,
+                None if tokens is None else tokens[:pairs],
+                None if tokens is None else tokens[pairs:],
+            )
+            return losses.sum() / pairs
+
+        loss, policy, nll = run_paired(self, _input, lin_weight, bias, target, pairs, self.average_log_prob, pair_loss)
+        chosen_logratios, rejected_logratios = logratios(policy)
         return paired_outputs(
-            losses.sum() / pairs,
-            self,
+            loss,
+            nll,
             _input,
             lin_weight,
             bias,
-            target,
             policy,
             pairs,
             self.beta * chosen_logratios,

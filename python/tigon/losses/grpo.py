@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from tigon.losses._paired import check_choice, check_number, check_reference, check_sequences, check_tensor
+from tigon.losses._in_forward import policy_loss, sequence_groups
 from tigon.losses.log_probs import _check_temperature, selective_log_probs
 
 __all__ = ["FusedLinearGRPOLoss", "GRPO_LOSS_TYPES"]
@@ -163,10 +164,20 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         live = attention_mask != 0
         mask = attention_mask.float()
         ids = torch.where(live, selected_token_ids, _IGNORE)
-        logp = selective_log_probs(_input, lin_weight, ids, bias, self.temperature, _IGNORE)
-        here = logp.detach()
-        old = here if old_per_token_logps is None else torch.where(live, old_per_token_logps.float(), here)
+        reference = self._reference(ids, ref_per_token_logps, ref_input, ref_weight, ref_bias) if self.beta else None
 
+        def compute(logp):  # the loss (separable over completions) and the metrics from the policy's log-probs
+            here = logp.detach()
+            old = here if old_per_token_logps is None else torch.where(live, old_per_token_logps.float(), here)
+            return self._loss(logp, old, here, reference, live, mask, adv, vllm_is_ratio, num_items_in_batch)
+
+        groups = sequence_groups(_input.shape[0])
+        loss, logp = policy_loss(
+            _input, lin_weight, bias, ids, _IGNORE, self.temperature, groups, lambda p: compute(p)[0]
+        )
+        return loss, tuple(m.detach() for m in compute(logp)[1])
+
+    def _loss(self, logp, old, here, reference, live, mask, adv, vllm_is_ratio, num_items_in_batch):
         log_ratio = logp - old
         if self.importance_sampling_level == "token":
             log_w = log_ratio
@@ -191,7 +202,8 @@ class FusedLinearGRPOLoss(torch.nn.Module):
 
         metrics = []
         if self.beta != 0.0:
-            ref = self._reference(ids, ref_per_token_logps, ref_input, ref_weight, ref_bias, live, here)
+            # the given reference where the mask is live, the policy's own value elsewhere (no junk, no NaN)
+            ref = here if reference is None else torch.where(live, reference, here)
             diff = ref - logp
             kl = torch.exp(diff) - diff - 1
             if self.use_bias_correction_kl:
@@ -211,12 +223,13 @@ class FusedLinearGRPOLoss(torch.nn.Module):
 
         clipped = (lower & (adv < 0)) | (upper & (adv > 0))
         metrics.append((clipped.expand_as(mask) * mask).sum() / mask.sum().clamp(min=1.0))
-        return loss, tuple(m.detach() for m in metrics)
+        return loss, metrics
 
-    def _reference(self, ids, given, ref_input, ref_weight, ref_bias, live, here) -> torch.Tensor:
+    def _reference(self, ids, given, ref_input, ref_weight, ref_bias) -> torch.Tensor | None:
+        """The reference's per-token log-probabilities (None: the policy's own, so the KL term is 0)."""
         if given is not None:
-            return torch.where(live, given.detach().float(), here)
+            return given.detach().float()
         if not self.use_ref_model:
-            return here
+            return None
         with torch.no_grad():
             return selective_log_probs(ref_input, ref_weight, ids, ref_bias, self.temperature, _IGNORE)

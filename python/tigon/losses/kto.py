@@ -19,9 +19,11 @@ from tigon.losses._paired import (
     check_reference,
     check_sequences,
     check_tensor,
+    policy_of,
     policy_pass,
     reference_log_probs,
 )
+from tigon.losses._in_forward import policy_loss, sequence_groups
 
 __all__ = ["FusedLinearKTOLoss", "kto_kl"]
 _OP = "FusedLinearKTOLoss"
@@ -108,24 +110,32 @@ class FusedLinearKTOLoss(torch.nn.Module):
             )
         check_tensor(_OP, "kl", kl, optional=True)
         labels = preference_labels
-        logps = policy_pass(_input, lin_weight, target, bias, self.ignore_index, self.average_log_prob).logps
         if ref_log_probs is not None:
             check_tensor(_OP, "ref_log_probs", ref_log_probs)
             if ref_log_probs.shape != (batch,):
                 raise ValueError(
                     f"{_OP}: argument 'ref_log_probs' must have shape ({batch},), got {tuple(ref_log_probs.shape)}"
                 )
-            logratios = logps - ref_log_probs.detach().float()
+            ref = ref_log_probs.detach().float()
         elif self.use_ref_model:
             check_reference(_OP, target, ref_input, ref_weight)
             ref = reference_log_probs(ref_input, ref_weight, target, ref_bias, self.ignore_index, self.average_log_prob)
-            logratios = logps - ref
         else:
-            logratios = logps
+            ref = 0.0
+        mask = target != self.ignore_index
         sign = labels.float() * 2 - 1
-        shifted = logratios if kl is None else logratios - kl.detach().float()
-        loss = (1 - torch.sigmoid(self.beta * shifted * sign)).sum() / batch
-        rewards = self.beta * logratios
+
+        def logratios(per_token):
+            return policy_of(per_token, mask, self.average_log_prob).logps - ref
+
+        def loss_of(per_token):  # one term per sequence
+            shifted = logratios(per_token) if kl is None else logratios(per_token) - kl.detach().float()
+            return (1 - torch.sigmoid(self.beta * shifted * sign)).sum() / batch
+
+        groups = sequence_groups(batch)
+        loss, per_token = policy_loss(_input, lin_weight, bias, target, self.ignore_index, 1.0, groups, loss_of)
+        logps = policy_of(per_token, mask, self.average_log_prob).logps
+        rewards = self.beta * logratios(per_token)
         aux = (
             (logps * labels).sum(),
             (logps * ~labels).sum(),

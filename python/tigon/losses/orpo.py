@@ -18,7 +18,7 @@ from tigon.losses._paired import (
     check_sequences,
     check_tensor,
     paired_outputs,
-    policy_pass,
+    run_paired,
 )
 
 __all__ = ["FusedLinearORPOLoss"]
@@ -51,22 +51,30 @@ class FusedLinearORPOLoss(torch.nn.Module):
         check_tensor(_OP, "bias", bias, optional=True)
         if nll_target is not None:
             check_sequences(_OP, _input, lin_weight, nll_target, target_name="nll_target")
-        policy = policy_pass(_input, lin_weight, target, bias, self.ignore_index, average=True)
+
+        def odds(policy):
+            c, r = policy.logps[:pairs], policy.logps[pairs:]
+            log_odds = (c - r) - (torch.log1p(-torch.exp(c)) - torch.log1p(-torch.exp(r)))
+            return log_odds, F.logsigmoid(log_odds)
+
+        def pair_loss(policy):
+            return -self.beta * odds(policy)[1].sum() / pairs
+
+        loss, policy, nll = run_paired(
+            self, _input, lin_weight, bias, target, pairs, True, pair_loss, nll_target=nll_target
+        )
+        log_odds, ratio = odds(policy)
         c, r = policy.logps[:pairs], policy.logps[pairs:]
-        log_odds = (c - r) - (torch.log1p(-torch.exp(c)) - torch.log1p(-torch.exp(r)))
-        ratio = F.logsigmoid(log_odds)
         return paired_outputs(
-            -self.beta * ratio.sum() / pairs,
-            self,
+            loss,
+            nll,
             _input,
             lin_weight,
             bias,
-            target,
             policy,
             pairs,
             self.beta * c,
             self.beta * r,
             ratio.sum() / pairs,
             log_odds.sum() / pairs,
-            nll_target=nll_target,
         )
