@@ -114,7 +114,7 @@ def _config(name: str, seq: int):
     import transformers
 
     cls, kwargs = MODELS[name]
-    return getattr(transformers, cls)(max_position_embeddings=seq, **kwargs)
+    return getattr(transformers, cls)(**{**kwargs, "max_position_embeddings": seq})
 
 
 def _batch(model, batch: int, seq: int, docs, device) -> dict:
