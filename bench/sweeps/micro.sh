@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The diagnostic programs of bench/micro/ that take no arguments: each built into build/ unless already there (the
 # CUTLASS one takes ~2 minutes of one core), run, its output in $OUT/micro-<name>.txt. Names as arguments pick some
-# (default: conv2d_tiles conv2d_cudnn softmax_variants). CUTLASS's headers come from the nvidia-cutlass wheel,
+# (default: conv2d_tiles conv2d_cudnn softmax_variants moe_gemm_tiles gemv_splits). CUTLASS's headers come from the nvidia-cutlass wheel,
 # cuDNN's from the nvidia-cudnn wheel that PyTorch's CUDA builds install.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -14,11 +14,13 @@ build() {
     conv2d_tiles) nvcc $flags -I"$cutlass/include" -I"$cutlass/tools/util/include" -o build/$1 bench/micro/$1.cu ;;
     conv2d_cudnn) nvcc $flags -I"$cudnn/include" -o build/$1 bench/micro/$1.cu -L"$cudnn/lib" -l:libcudnn.so.9 ;;
     softmax_variants) nvcc $flags -o build/$1 bench/micro/$1.cu -Lbuild -ltigon -Xlinker -rpath="$PWD/build" ;;
+    gemv_splits) nvcc $flags -DTIGON_WITH_CUDA -o build/$1 bench/micro/$1.cu -lcublas ;;
+    moe_gemm_tiles) nvcc $flags -DTIGON_WITH_CUDA -I"$cutlass/include" -o build/$1 bench/micro/$1.cu src/common/device.cpp ;;
     *) echo "micro.sh: no recipe for $1" >&2; return 1 ;;
   esac
 }
 status=0
-for name in "${@:-conv2d_tiles conv2d_cudnn softmax_variants}"; do
+for name in "${@:-conv2d_tiles conv2d_cudnn softmax_variants moe_gemm_tiles gemv_splits}"; do
   for n in $name; do
     [ -x build/$n ] || build $n || { status=1; continue; }
     LD_LIBRARY_PATH="$PWD/build:${cudnn:+$cudnn/lib:}${LD_LIBRARY_PATH:-}" timeout 300 build/$n >"$OUT/micro-$n.txt" 2>&1

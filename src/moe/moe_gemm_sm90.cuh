@@ -31,21 +31,27 @@ using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  //
 using Row = cutlass::layout::RowMajor;
 using Col = cutlass::layout::ColumnMajor;
 
-template <class Element, class LayoutA, class LayoutB>
+// The library's plan: 128 x 128 tiles, 64-deep stages, the cooperative schedule, no cluster (TileM / TileN / ClusterM
+// / Pingpong vary it in bench/micro/moe_gemm_tiles.cu, which is how a change to the plan is chosen).
+template <class Element, class LayoutA, class LayoutB, int TileM = 128, int TileN = 128, int ClusterM = 1,
+          bool Pingpong = false>
 struct Config {
   static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte rows for TMA
-  using TileShape = Shape<_128, _128, _64>;
-  using ClusterShape = Shape<_1, _1, _1>;
+  using TileShape = Shape<Int<TileM>, Int<TileN>, _64>;
+  using ClusterShape = Shape<Int<ClusterM>, _1, _1>;
+  using KernelSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
+                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = std::conditional_t<Pingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                              cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, Row*, kAlign, Element, Row*, kAlign,
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
+      EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element, LayoutB*, kAlign, float,
       TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+      KernelSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideA = typename Kernel::InternalStrideA;
@@ -182,11 +188,11 @@ void run(const GroupedGemm& g, void* workspace, int device, cudaStream_t stream)
 }
 
 // The three kinds for one dtype: x W^T (A K-major, B K-major), dY W (B N-major), X^T dY (A M-major, B N-major).
-template <class Element>
+template <class Element, int TileM = 128, int TileN = 128, int ClusterM = 1, bool Pingpong = false>
 struct Kinds {
-  using Forward = Config<Element, Row, Col>;
-  using Data = Config<Element, Row, Row>;
-  using Weight = Config<Element, Col, Row>;
+  using Forward = Config<Element, Row, Col, TileM, TileN, ClusterM, Pingpong>;
+  using Data = Config<Element, Row, Row, TileM, TileN, ClusterM, Pingpong>;
+  using Weight = Config<Element, Col, Row, TileM, TileN, ClusterM, Pingpong>;
 
   static size_t workspace(int64_t experts, int device) {
     const size_t f = workspace_of<Forward, Element>(experts, device), d = workspace_of<Data, Element>(experts, device),
