@@ -31,8 +31,8 @@
  *
  * Routing on CUDA never synchronises with the host: the (token, choice) pairs are sorted by expert on the device
  * (stably, so results do not depend on thread timing) and grouped GEMMs read each expert's row count from device
- * memory. The workspace holds the sorted rows: about (T k)(H + 3I) elements of the dtype forward, (T k)(2H + 3I)
- * backward, plus the routing and GEMM metadata: tigon_moe_workspace_size gives the bytes.
+ * memory. The workspace holds the sorted rows: about (T k)(H + 3I) elements of the dtype, forward and backward alike,
+ * plus the routing and GEMM metadata: tigon_moe_workspace_size gives the bytes.
  */
 #ifndef TIGON_MOE_H_
 #define TIGON_MOE_H_

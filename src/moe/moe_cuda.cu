@@ -210,12 +210,12 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 struct Buffers {
   int32_t* counts;
   int64_t *offsets, *slot_of_pair, *pair_of_slot;
-  void *a, *b, *c, *d;  // [P, H], [P, 2I], [P, I], [P, H] (backward only)
+  void *a, *b, *c;  // [P, H], [P, 2I], [P, I]
   void* gemm;
 };
 
-// Carves the workspace at base (NULL: sizes only); returns the bytes it takes.
-size_t carve(const Problem& p, bool backward, int device, void* base, Buffers* out) {
+// Carves the workspace at base (NULL: sizes only); returns the bytes it takes (the same both ways).
+size_t carve(const Problem& p, int device, void* base, Buffers* out) {
   const size_t P = size_t(p.pairs()), E = size_t(p.experts), el = size_t(dtype_bytes(p.dtype));
   const size_t sizes[] = {align256(size_t(route_blocks(p.pairs())) * E * 4),
                           align256((E + 1) * 8),
@@ -224,11 +224,10 @@ size_t carve(const Problem& p, bool backward, int device, void* base, Buffers* o
                           align256(P * size_t(p.hidden) * el),
                           align256(P * 2 * size_t(p.inter) * el),
                           align256(P * size_t(p.inter) * el),
-                          backward ? align256(P * size_t(p.hidden) * el) : 0,
                           align256(grouped_gemm_workspace(p.experts, device))};
-  char* at[9];
+  char* at[8];
   size_t total = 0;
-  for (int i = 0; i < 9; ++i) {
+  for (int i = 0; i < 8; ++i) {
     at[i] = base != nullptr ? static_cast<char*>(base) + total : nullptr;
     total += sizes[i];
   }
@@ -375,31 +374,36 @@ void gate_bwd_launch(const Bwd& b, const Buffers& w, cudaStream_t st) {
   }
 }
 
+// One [P, H] buffer serves in turn as the gathered x (the recomputed gate/up), the gathered dout (dh and the down
+// projection's weight gradient), x again (the gate/up weight gradient) and the data gradient's rows: a second gather of
+// x costs less than holding a second [P, H] buffer through the whole backward.
 template <class T>
 void bwd_typed(const Bwd& b, const Buffers& w, int device, cudaStream_t st) {
   const Problem& p = b.p;
   const int64_t H = p.hidden, I = p.inter;
+  const T* x = static_cast<const T*>(p.x);
   route_any(p, w, st);
-  gather<T>(static_cast<const T*>(p.x), p.x_stride, p, w, w.a, st);              // x rows
-  gather<T>(static_cast<const T*>(b.dout), b.dout_stride, p, w, w.d, st);        // g rows
+  gather<T>(x, p.x_stride, p, w, w.a, st);                                       // x rows
   project(p, w, GemmKind::kForward, w.a, p.gate_up, 2 * I, H, w.b, device, st);  // gu, recomputed
-  project(p, w, GemmKind::kData, w.d, p.down, I, H, w.c, device, st);            // dh = g W_d
+  gather<T>(static_cast<const T*>(b.dout), b.dout_stride, p, w, w.a, st);        // g rows
+  project(p, w, GemmKind::kData, w.a, p.down, I, H, w.c, device, st);            // dh = g W_d
   if (p.weights_dtype == DType::kFloat32)
     gate_bwd_launch<T, float>(b, w, st);
   else
     gate_bwd_launch<T, T>(b, w, st);
   if (b.ddown != nullptr) {  // ddown_e = g_e^T (w h)_e
-    weight_grad(p, w, w.d, H, w.c, I, b.ddown, device, st);
+    weight_grad(p, w, w.a, H, w.c, I, b.ddown, device, st);
     zero_unchosen_experts<T>(p, w.offsets, b.ddown, H * I, st);
   }
-  if (b.dgate_up != nullptr) {  // dgate_up_e = dgu_e^T x_e
+  if (b.dgate_up != nullptr) {  // dgate_up_e = dgu_e^T x_e, over x gathered again
+    gather<T>(x, p.x_stride, p, w, w.a, st);
     weight_grad(p, w, w.b, 2 * I, w.a, H, b.dgate_up, device, st);
     zero_unchosen_experts<T>(p, w.offsets, b.dgate_up, 2 * I * H, st);
   }
-  if (b.dx != nullptr) {  // dx[t] = sum_j (dgu W_gu)[slot(t, j)], over the g rows (done with)
-    project(p, w, GemmKind::kData, w.b, p.gate_up, H, 2 * I, w.d, device, st);
+  if (b.dx != nullptr) {  // dx[t] = sum_j (dgu W_gu)[slot(t, j)]
+    project(p, w, GemmKind::kData, w.b, p.gate_up, H, 2 * I, w.a, device, st);
     const dim3 grid(unsigned(p.tokens), unsigned((H / kVec + kRowThreads - 1) / kRowThreads));
-    combine<T, T><<<grid, kRowThreads, 0, st>>>(static_cast<const T*>(w.d), w.slot_of_pair, nullptr, p.k, H,
+    combine<T, T><<<grid, kRowThreads, 0, st>>>(static_cast<const T*>(w.a), w.slot_of_pair, nullptr, p.k, H,
                                                 static_cast<T*>(b.dx), b.dx_stride);
     TIGON_CUDA_CHECK_LAUNCH();
   }
@@ -432,9 +436,9 @@ void grouped_gemm(const GroupedGemm& g, void* workspace, int device, cudaStream_
     grouped_gemm_fp16(g, workspace, device, stream);
 }
 
-size_t cuda_workspace_bytes(const Problem& p, bool backward) {
+size_t cuda_workspace_bytes(const Problem& p, bool) {  // the backward reuses the forward's buffers
   if (p.tokens == 0 || p.hidden == 0) return 0;
-  return carve(p, backward, current_device(), nullptr, nullptr);
+  return carve(p, current_device(), nullptr, nullptr);
 }
 
 void fwd_cuda(const Fwd& f, void* workspace, void* stream) {
@@ -445,7 +449,7 @@ void fwd_cuda(const Fwd& f, void* workspace, void* stream) {
   const int device = current_device();
   require_hopper(device);
   Buffers w;
-  carve(p, false, device, workspace, &w);
+  carve(p, device, workspace, &w);
   const auto st = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBFloat16)
     fwd_typed<__nv_bfloat16>(f, w, device, st);
@@ -470,7 +474,7 @@ void bwd_cuda(const Bwd& b, void* workspace, void* stream) {
   const int device = current_device();
   require_hopper(device);
   Buffers w;
-  carve(p, true, device, workspace, &w);
+  carve(p, device, workspace, &w);
   if (p.dtype == DType::kBFloat16)
     bwd_typed<__nv_bfloat16>(b, w, device, st);
   else

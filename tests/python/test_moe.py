@@ -152,7 +152,10 @@ def test_torch_compile_fullgraph_equals_eager(device):
     eager = step(f)
     compiled = step(torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor"))
     for name, a, c in zip(NAMES, eager, compiled):
-        assert torch.equal(a, c), name
+        if device == "cpu":  # aot_eager runs the same ops
+            assert torch.equal(a, c), name
+        else:  # inductor fuses the softmax and its backward around the op: they round differently
+            assert_close(c, a, torch.bfloat16, name)
     torch._dynamo.reset()
 
 
