@@ -105,12 +105,14 @@ def test_in_place_matches_reference(device, dtype, layout, interleaved):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_in_place_backward_writes_over_the_output_gradient(device):
+@pytest.mark.parametrize("in_place", [True, False])
+def test_backward_writes_over_the_output_gradient(device, in_place):
+    """Private output gradients take the input gradients, whether or not the forward ran in place."""
     q, k = make_qk(2, 4, 2, 8, 64, torch.bfloat16, device, "bhtd")
     cos, sin = make_tables(1, 8, 64, False, device)
     dq_out, dk_out = torch.randn_like(q), torch.randn_like(k)
     expect = torch.autograd.grad(rope(q, k, cos, sin), (q, k), (dq_out.clone(), dk_out.clone()))
-    outs = rope(q.clone(), k.clone(), cos, sin, in_place=True)
+    outs = rope(q.clone(), k.clone(), cos, sin, in_place=in_place)
     got, received = backward_with_fresh_gradients(outs, (q, k), (dq_out, dk_out))
     assert [got[0].data_ptr(), got[1].data_ptr()] == received
     for a, b in zip(got, expect):

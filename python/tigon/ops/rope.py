@@ -269,7 +269,9 @@ class _Rope(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        args = (cos, sin, ctx.layout, ctx.interleaved, ctx.in_place)
+        # The input gradients go over the output gradients whenever nobody else holds those (in_place_bwd checks),
+        # whatever the forward did: no [B, H, T, D] allocations for q and k at the backward's peak.
+        args = (cos, sin, ctx.layout, ctx.interleaved, True)
         want_q, want_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if want_q and want_k and dq is not None and dk is not None:
             dq, dk = _rotate_grads(dq, dk, *args)
@@ -295,8 +297,9 @@ def rope(
     R <= D: only the first R dims of each head rotate, the rest pass through (partial rotary). interleaved=False pairs
     dim i with i + R/2 (rotate_half, Llama); True pairs 2i with 2i + 1 (tables built with repeat_interleave). Math in
     float32. Any strides with a contiguous last dim (a head slice of a fused qkv works without a copy); outputs are
-    contiguous. in_place=True writes the results over q and k (and in backward the input gradients over the output
-    gradients). cos and sin receive no gradient. CPU and CUDA tensors.
+    contiguous. in_place=True writes the results over q and k. The backward writes the input gradients over the output
+    gradients when no other consumer holds those (else into new tensors). cos and sin receive no gradient. CPU and
+    CUDA tensors.
     """
     cos, sin, code = _check_args(q, k, cos, sin, layout, interleaved)
     return _Rope.apply(q, k, cos, sin, code, interleaved, bool(in_place))
