@@ -239,8 +239,7 @@ size_t carve(const Problem& p, int device, void* base, Buffers* out) {
             at[4],
             at[5],
             at[6],
-            at[7],
-            at[8]};
+            at[7]};
   return total;
 }
 
