@@ -217,6 +217,31 @@ def test_norm_writes_over_a_gradient_nobody_else_holds(device, monkeypatch):
     assert calls == [1]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason="this torch cannot tell who holds a tensor")
+def test_norm_before_the_fused_loss_writes_over_its_gradient(device, monkeypatch):
+    # The fused loss takes [B, T, H] whole and hands back a gradient of that shape that is no view: the final norm of a
+    # patched model writes its input gradient over it instead of copying one at the backward's peak.
+    import sys
+
+    module = sys.modules["tigon.ops.rms_norm"]
+    calls = []
+    impl = module._bwd_inplace_impl
+    monkeypatch.setattr(module, "_bwd_inplace_impl", lambda *a: calls.append(1) or impl(*a))
+    x = torch.randn(2, 3, 8, device=device, requires_grad=True)
+    w, lm = torch.ones(8, device=device), torch.randn(16, 8, device=device, requires_grad=True)
+    t = torch.randint(0, 16, (2, 3), device=device)
+
+    def grads(in_place):
+        y = rms_norm(x * 1, w, in_place=in_place)
+        return torch.autograd.grad(fused_linear_cross_entropy(y, lm, t) * 1.5, (x, lm))
+
+    got = grads(True)
+    assert calls == [1]
+    for g, r, name in zip(got, grads(False), ("dx", "dweight")):
+        assert_close(g, r, name=name)
+
+
 def test_under_compile_cross_entropy_over_a_saved_tensor_is_never_silently_wrong():
     # CPU (aot_eager): the forward marks the logits dirty; depending on torch's version the trace raises torch's
     # in-place error or functionalisation keeps exp's saved output intact. Either is fine; a wrong gradient is not.

@@ -276,6 +276,25 @@ def _run(*args):
     return _fwd_impl(*args)
 
 
+def _rows_of(x: torch.Tensor) -> torch.Tensor:
+    """x [..., H] as the op's [N, H] rows (a view where the rows allow it)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if rows_ok(x2) else x2.contiguous()
+
+
+def _shaped(dx: torch.Tensor, shape) -> torch.Tensor:
+    """The op's [N, H] input gradient in x's shape. Eagerly a tensor of its own over the same memory, not a view: the
+    op consumes x whole (no reshape between it and the layer before), and that layer's backward then receives a
+    gradient it can prove nobody else holds, so a norm writes its input gradient over it (the final norm of a
+    patched model would otherwise copy a [tokens, hidden] gradient at the backward's peak)."""
+    if dx.numel() == 0 or dx.shape == shape:
+        return dx
+    if compiling():
+        return dx.view(shape)
+    out = dx.new_empty(0)
+    return out.set_(dx.untyped_storage(), dx.storage_offset(), shape, torch.empty(shape, device="meta").stride())
+
+
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -302,14 +321,17 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         opts = (ignore_index, smoothing, z_scale, softcap, reduction, token_scaling, chunk_rows, memory_budget, dw_fp32)
         need = (need_dx, need_dw, need_db)
         ctx.need = need
+        ctx.x_shape = x.shape
         ctx.recompute = any(need) and reduction == _NONE  # per-token upstream gradients: gradients in the backward
         now = need if not ctx.recompute else (False, False, False)
+        x2 = _rows_of(x)
         loss, z_loss, acc, pred, dx, dw, db = _run(
-            x, weight, bias, target, ce_weight, None, *opts, want_predicted, *now
+            x2, weight, bias, target, ce_weight, None, *opts, want_predicted, *now
         )
+        dx = _shaped(dx, x.shape)
         if ctx.recompute:
             ctx.opts = opts
-            ctx.save_for_backward(x, weight, bias, target, ce_weight)
+            ctx.save_for_backward(x2, weight, bias, target, ce_weight)  # rows: backward reads no strides
         elif any(need):
             ctx.save_for_backward(dx, dw, db)
         ctx.mark_non_differentiable(z_loss, acc, pred)
@@ -322,8 +344,9 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             return (None,) * 18
         grad_loss = grad_loss if grad_loss.dtype == torch.float32 else grad_loss.float()
         if ctx.recompute:
-            x, weight, bias, target, ce_weight = ctx.saved_tensors
-            dx, dw, db = _run(x, weight, bias, target, ce_weight, grad_loss, *ctx.opts, False, *ctx.need)[4:]
+            x2, weight, bias, target, ce_weight = ctx.saved_tensors
+            dx, dw, db = _run(x2, weight, bias, target, ce_weight, grad_loss, *ctx.opts, False, *ctx.need)[4:]
+            dx = _shaped(dx, ctx.x_shape)
         else:
             dx, dw, db = ctx.saved_tensors  # ours: scaled where they lie (nothing to do for a grad_output of 1)
             torch.autograd.graph.increment_version((dx, dw, db))  # a second backward must raise, not rescale
@@ -390,9 +413,6 @@ def fused_linear_cross_entropy(
     )
     if check_targets:
         check_target_values(target, weight.shape[0], ignore_index, "fused_linear_cross_entropy")
-    x2 = x.reshape(-1, x.shape[-1])
-    if not rows_ok(x2):
-        x2 = x2.contiguous()
     if weight.stride(-1) != 1:
         weight = weight.contiguous()
     target2 = target.reshape(-1)
@@ -409,7 +429,7 @@ def fused_linear_cross_entropy(
         grad_on and bias is not None and bias.requires_grad,
     )
     loss, z_loss, acc, pred = _FusedLinearCrossEntropy.apply(
-        x2,
+        x,  # whole: the reshape to rows happens inside, so its gradient reaches the layer before as a plain tensor
         weight,
         bias,
         target2,

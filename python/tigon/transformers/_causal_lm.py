@@ -67,8 +67,8 @@ def fused_loss(
     **_,
 ) -> torch.Tensor:
     """ForCausalLMLoss(lm_head(hidden) [softcapped / scaled as the family does], labels) without the logits."""
-    target = _shifted_targets(labels, hidden.device, ignore_index, shift_labels)
-    x = hidden.reshape(-1, hidden.shape[-1])
+    target = _shifted_targets(labels, hidden.device, ignore_index, shift_labels).view(hidden.shape[:-1])
+    x = hidden  # unreshaped: the op's input gradient then reaches the final norm as a tensor it may write over
     config = model.config
     if family.logits_scaling:
         x = x / config.logits_scaling
