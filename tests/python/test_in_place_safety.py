@@ -201,16 +201,22 @@ def test_output_gradient_shared_by_an_add_is_left_alone(device, op, compiled):
         assert_close(g, r, name=name)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason="this torch cannot tell who holds a tensor")
-def test_norm_writes_over_a_gradient_nobody_else_holds(device, monkeypatch):
-    # The ordinary case (dy fresh from the next layer's backward) keeps its memory saving.
+def _count_in_place_norm_backwards(monkeypatch) -> list:
+    """A list that gets an entry each time an RMSNorm backward writes over its incoming gradient."""
     import sys
 
     module = sys.modules["tigon.ops.rms_norm"]
     calls = []
     impl = module._bwd_inplace_impl
     monkeypatch.setattr(module, "_bwd_inplace_impl", lambda *a: calls.append(1) or impl(*a))
+    return calls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason="this torch cannot tell who holds a tensor")
+def test_norm_writes_over_a_gradient_nobody_else_holds(device, monkeypatch):
+    # The ordinary case (dy fresh from the next layer's backward) keeps its memory saving.
+    calls = _count_in_place_norm_backwards(monkeypatch)
     x = torch.randn(4, 8, device=device, requires_grad=True)
     proj = torch.randn(8, 8, device=device)
     (rms_norm(x * 1, torch.ones(8, device=device), in_place=True) @ proj).sum().backward()
@@ -222,12 +228,7 @@ def test_norm_writes_over_a_gradient_nobody_else_holds(device, monkeypatch):
 def test_norm_before_the_fused_loss_writes_over_its_gradient(device, monkeypatch):
     # The fused loss takes [B, T, H] whole and hands back a gradient of that shape that is no view: the final norm of a
     # patched model writes its input gradient over it instead of copying one at the backward's peak.
-    import sys
-
-    module = sys.modules["tigon.ops.rms_norm"]
-    calls = []
-    impl = module._bwd_inplace_impl
-    monkeypatch.setattr(module, "_bwd_inplace_impl", lambda *a: calls.append(1) or impl(*a))
+    calls = _count_in_place_norm_backwards(monkeypatch)
     x = torch.randn(2, 3, 8, device=device, requires_grad=True)
     w, lm = torch.ones(8, device=device), torch.randn(16, 8, device=device, requires_grad=True)
     t = torch.randint(0, 16, (2, 3), device=device)
