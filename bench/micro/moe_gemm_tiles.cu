@@ -4,8 +4,9 @@
 // cluster; this program is how a change to that is chosen. Each configuration's output is compared with the first's.
 // Diagnostic only, not part of the library.
 //
-//   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -Isrc -Iinclude \
-//     -I<cutlass>/include -o build/moe_gemm_tiles bench/micro/moe_gemm_tiles.cu src/common/device.cpp
+//   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA
+//   -DTIGON_CUDA_ARCHS_STRING=\"90a\" \
+//     -Isrc -Iinclude -I<cutlass>/include -o build/moe_gemm_tiles bench/micro/moe_gemm_tiles.cu src/common/device.cpp
 //   build/moe_gemm_tiles
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

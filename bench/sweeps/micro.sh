@@ -15,7 +15,7 @@ build() {
     conv2d_cudnn) nvcc $flags -I"$cudnn/include" -o build/$1 bench/micro/$1.cu -L"$cudnn/lib" -l:libcudnn.so.9 ;;
     softmax_variants) nvcc $flags -o build/$1 bench/micro/$1.cu -Lbuild -ltigon -Xlinker -rpath="$PWD/build" ;;
     gemv_splits) nvcc $flags -DTIGON_WITH_CUDA -o build/$1 bench/micro/$1.cu -lcublas ;;
-    moe_gemm_tiles) nvcc $flags -DTIGON_WITH_CUDA -I"$cutlass/include" -o build/$1 bench/micro/$1.cu src/common/device.cpp ;;
+    moe_gemm_tiles) nvcc $flags -DTIGON_WITH_CUDA -DTIGON_CUDA_ARCHS_STRING=\"90a\" -I"$cutlass/include" -o build/$1 bench/micro/$1.cu src/common/device.cpp ;;
     *) echo "micro.sh: no recipe for $1" >&2; return 1 ;;
   esac
 }

@@ -10,6 +10,7 @@
 #include "attention/attention_bwd_launch.h"
 #include "attention/attention_bwd_sm90.h"
 #include "common/cuda_check.h"
+#include "common/device.h"
 #include "common/error.h"
 
 namespace tigon::attention {
@@ -22,15 +23,6 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Rows of lse (and of each workspace array) per query head.
 int64_t stat_rows(const Shape& s) { return s.varlen() ? s.total_q : s.batch * s.seqlen_q; }
-
-void require_sm90(int device) {
-  int major = 0, minor = 0;
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0)
-    fail(TIGON_ERROR_NOT_SUPPORTED, "attention backward: the CUDA kernels need an sm_90 (Hopper) GPU, device ", device,
-         " is sm_", major, minor);
-}
 
 bwd::View view(const Tensor4& t) { return {t.data, t.batch_stride, t.seq_stride, t.head_stride}; }
 
@@ -81,7 +73,7 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, voi
   const Shape& s = pr.s;
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  require_sm90(device);
+  require_sm90a(device, "attention backward: the CUDA kernels");
   if (s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128 && s.head_dim != 256)
     fail(TIGON_ERROR_NOT_SUPPORTED, "attention backward: head_dim ", s.head_dim,
          " has no CUDA kernel (64, 96, 128 or 256)");

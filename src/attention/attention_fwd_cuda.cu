@@ -4,28 +4,14 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 
 #include "attention/attention.h"
 #include "attention/attention_fwd_sm90.h"
 #include "common/cuda_check.h"
+#include "common/device.h"
 
 namespace tigon::attention {
 namespace {
-
-void require_hopper() {
-  int device = 0, major = 0, minor = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0)
-    fail(TIGON_ERROR_NOT_SUPPORTED, "the CUDA attention forward needs a Hopper GPU (sm_90); device ", device, " is sm_",
-         major, minor);
-  if (std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") == nullptr)
-    fail(TIGON_ERROR_NOT_SUPPORTED,
-         "this build of Tigon has no sm_90a code (CMAKE_CUDA_ARCHITECTURES=", TIGON_CUDA_ARCHS_STRING,
-         "); the CUDA attention forward needs it");
-}
 
 // TMA reads q, k and v: 16-byte aligned start, strides positive multiples of 16 bytes below 2^40 bytes. A stride of
 // an extent-1 dimension is never stepped, so it is replaced by a valid one.
@@ -64,7 +50,9 @@ void fwd_cuda(const FwdProblem& problem, void*, size_t, void* stream) {
   const bool varlen = s.varlen();
   const int64_t rows_q = varlen ? s.total_q : s.seqlen_q, rows_k = varlen ? s.total_k : s.seqlen_k;
   if (s.batch == 0 || s.heads_q == 0 || rows_q == 0 || s.seqlen_q == 0) return;  // nothing to write
-  require_hopper();
+  int device = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  require_sm90a(device, "the CUDA attention forward");
   if (s.dtype != DType::kBFloat16 && s.dtype != DType::kFloat16)
     fail_dtype("q", dtype_name(s.dtype), ": the CUDA attention kernel takes bf16 or fp16");
   // One CTA per 128-row query tile of each (head, sequence): the grid's int32 block index bounds the tiles.

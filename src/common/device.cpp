@@ -3,6 +3,7 @@
 #ifdef TIGON_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -30,6 +31,18 @@ int sm_count(int device) {
   if (counts[device] == 0)
     TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
   return counts[device];
+}
+
+void require_sm90a(int device, const char* what) {
+  int major = 0, minor = 0;
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0)
+    fail(TIGON_ERROR_NOT_SUPPORTED, what, " needs a Hopper GPU (sm_90); device ", device, " is sm_", major, minor);
+  if (std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") == nullptr)
+    fail(TIGON_ERROR_NOT_SUPPORTED,
+         "this build of Tigon has no sm_90a code (CMAKE_CUDA_ARCHITECTURES=", TIGON_CUDA_ARCHS_STRING, "); ", what,
+         " needs it");
 }
 
 }  // namespace tigon

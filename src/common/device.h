@@ -23,6 +23,10 @@ class DeviceGuard {
 // Multiprocessor count of a device (cached per device; no synchronisation).
 int sm_count(int device);
 
+// Fails with TIGON_ERROR_NOT_SUPPORTED unless device is an sm_90 (Hopper) GPU and this build holds sm_90a code (the
+// wgmma / TMA kernels); `what` names the kernels in the message ("the CUDA MoE experts").
+void require_sm90a(int device, const char* what);
+
 #define TIGON_ON_CUDA(tensor, ...)                                       \
   do {                                                                   \
     ::tigon::DeviceGuard tigon_device_guard_((tensor).device.device_id); \

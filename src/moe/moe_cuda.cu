@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "common/activation_math.cuh"
@@ -249,19 +248,6 @@ int current_device() {
   return device;
 }
 
-void require_hopper(int device) {
-  int major = 0, minor = 0;
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0)
-    fail(TIGON_ERROR_NOT_SUPPORTED, "the CUDA MoE experts need a Hopper GPU (sm_90) for their grouped GEMMs; device ",
-         device, " is sm_", major, minor);
-  if (std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") == nullptr)
-    fail(TIGON_ERROR_NOT_SUPPORTED,
-         "this build of Tigon has no sm_90a code (CMAKE_CUDA_ARCHITECTURES=", TIGON_CUDA_ARCHS_STRING,
-         "); the CUDA MoE experts need it");
-}
-
 // ---- the passes ---------------------------------------------------------------------------------------------------
 
 template <class Id>
@@ -421,6 +407,15 @@ void check_aligned(const void* ptr, const char* arg) {
     fail_arg(arg, "must start at a 16-byte aligned address on CUDA (its rows are read 16 bytes at a time)");
 }
 
+// What both passes check of the inputs on CUDA; returns the current device.
+int check_problem(const Problem& p) {
+  check_sizes(p);
+  check_aligned(p.x, "x"), check_aligned(p.gate_up, "gate_up_weight"), check_aligned(p.down, "down_weight");
+  const int device = current_device();
+  require_sm90a(device, "the CUDA MoE experts (grouped GEMMs)");
+  return device;
+}
+
 }  // namespace
 
 size_t grouped_gemm_workspace(int64_t experts, int device) {
@@ -442,11 +437,8 @@ size_t cuda_workspace_bytes(const Problem& p, bool) {  // the backward reuses th
 
 void fwd_cuda(const Fwd& f, void* workspace, void* stream) {
   const Problem& p = f.p;
-  check_sizes(p);
-  check_aligned(p.x, "x"), check_aligned(f.out, "out");
-  check_aligned(p.gate_up, "gate_up_weight"), check_aligned(p.down, "down_weight");
-  const int device = current_device();
-  require_hopper(device);
+  check_aligned(f.out, "out");
+  const int device = check_problem(p);
   Buffers w;
   carve(p, device, workspace, &w);
   const auto st = static_cast<cudaStream_t>(stream);
@@ -466,12 +458,9 @@ void bwd_cuda(const Bwd& b, void* workspace, void* stream) {
     if (b.ddown) TIGON_CUDA_CHECK(cudaMemsetAsync(b.ddown, 0, size_t(p.experts * p.hidden * p.inter) * el, st));
     return;
   }
-  check_sizes(p);
-  check_aligned(p.x, "x"), check_aligned(b.dout, "dout"), check_aligned(b.dx, "dx");
-  check_aligned(p.gate_up, "gate_up_weight"), check_aligned(p.down, "down_weight");
+  check_aligned(b.dout, "dout"), check_aligned(b.dx, "dx");
   check_aligned(b.dgate_up, "dgate_up_weight"), check_aligned(b.ddown, "ddown_weight");
-  const int device = current_device();
-  require_hopper(device);
+  const int device = check_problem(p);
   Buffers w;
   carve(p, device, workspace, &w);
   if (p.dtype == DType::kBFloat16)

@@ -79,7 +79,7 @@ def _run(x, weight, bias, target, ignore_index, temperature, groups, loss_of, bu
     x, w = x.detach(), weight.detach()
     b = None if bias is None else bias.detach() / temperature
     need_dx, need_dw, need_db = need
-    dx = torch.zeros_like(x) if need_dx else None
+    dx = torch.empty_like(x) if need_dx else None  # every row is some group's: each chunk writes its own
     dw = torch.zeros_like(w) if need_dw else None
     db = torch.zeros(w.shape[0], dtype=torch.float32, device=dev) if need_db else None
     per_token = torch.zeros(batch, length, dtype=torch.float32, device=dev)
