@@ -9,7 +9,7 @@ import torch
 
 from conftest import DEVICES, backward_with_fresh_gradients, needs_cuda
 from tigon.nn.rope import apply_rotary_pos_emb
-from tigon.ops.rope import rope, rope_one
+from tigon.ops.rope import rope, rope_one, rotates_in_place
 from tolerances import assert_close
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -326,3 +326,44 @@ def test_rope_one_is_rope_of_one_tensor(device, layout, dtype):
     assert torch.equal(a.grad, b.grad)
     with pytest.raises(ValueError, match="'cos'"):
         rope_one(x, cos[:, :4], sin[:, :4], layout=layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_in_place_over_projection_views_matches_out_of_place(device, dtype):
+    """q and k as transformers makes them, transposed views of projections, rotated in place (one Function per
+    tensor): the same values and input gradient as the out-of-place op, and the results alias the projections."""
+    b, t, hq, hk, d = 2, 7, 4, 2, 64
+    x = torch.randn(b, t, 32, device=device, dtype=dtype, requires_grad=True)
+    wq, wk = (torch.randn(32, h * d, device=device, dtype=dtype) / 6 for h in (hq, hk))
+    cos, sin = make_tables(1, t, d, False, device)
+    dq_out, dk_out = (
+        torch.randn(b, hq, t, d, device=device, dtype=dtype),
+        torch.randn(b, hk, t, d, device=device, dtype=dtype),
+    )
+
+    def run(in_place):
+        q, k = (x @ wq).view(b, t, hq, d).transpose(1, 2), (x @ wk).view(b, t, hk, d).transpose(1, 2)
+        assert rotates_in_place(q, k)
+        q_out, k_out = rope(q, k, cos, sin, in_place=in_place)
+        assert (q_out.data_ptr() == q.data_ptr()) == in_place
+        (dx,) = torch.autograd.grad((q_out, k_out), (x,), (dq_out, dk_out))
+        return q_out.detach(), k_out.detach(), dx
+
+    for a, c in zip(run(False), run(True)):
+        assert torch.equal(a, c)
+
+
+def test_rotates_in_place_only_where_safe():
+    q = torch.randn(1, 2, 3, 8)
+    k = torch.randn(1, 2, 3, 8)
+    assert rotates_in_place(q, k)
+    assert not rotates_in_place(q.requires_grad_(), k)  # a leaf that requires grad
+    assert not rotates_in_place(torch.randn(1, 1, 3, 8).expand(1, 2, 3, 8), k)  # stride 0
+    qkv = torch.randn(1, 3, 3 * 16)  # interleaved slices of one fused projection: kept out of place
+    view = lambda t: t.view(1, 3, 2, 8).transpose(1, 2)  # noqa: E731
+    assert not rotates_in_place(view(qkv[..., :16]), view(qkv[..., 16:32]))
+    assert not rotates_in_place(k, k)
+    y = torch.randn(3, 32) @ torch.randn(32, 32, requires_grad=True)
+    a, b = y.split([16, 16], -1)  # pieces of a split: autograd refuses a Function writing over them
+    assert not rotates_in_place(view(a), view(b))

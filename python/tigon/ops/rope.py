@@ -281,6 +281,80 @@ class _Rope(torch.autograd.Function):
         return dq, dk, None, None, None, None, None
 
 
+class _RopeInPlace(torch.autograd.Function):
+    """One tensor rotated in place. A Function per tensor: autograd lets a Function that writes over a view return
+    that one tensor only, and transformers' q and k are transposed views of their projections."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, layout, interleaved):
+        if compiling():
+            torch.ops.tigon.rope_fwd_(x, cos, sin, layout, interleaved)
+        else:
+            _fwd_inplace_impl(x, cos, sin, layout, interleaved)
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(cos, sin)
+        ctx.layout, ctx.interleaved = layout, interleaved
+        return x
+
+    @staticmethod
+    def backward(ctx, dy):
+        cos, sin = ctx.saved_tensors
+        return _rotate_grad(dy, cos, sin, ctx.layout, ctx.interleaved, True), None, None, None, None
+
+
+def _disjoint(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a and b's memory ranges are apart (a conservative test: interleaved slices of one buffer say no)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return True
+
+    def span(t):
+        end = t.data_ptr() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * t.element_size()
+        return t.data_ptr(), end + t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a1 <= b0 or b1 <= a0
+
+
+# Autograd's single-output view functions, walked back from q and k to the op that made their memory.
+_VIEW_NODES = {
+    "AliasBackward0",
+    "AsStridedBackward0",
+    "PermuteBackward0",
+    "SelectBackward0",
+    "SliceBackward0",
+    "SqueezeBackward0",
+    "SqueezeBackward1",
+    "TransposeBackward0",
+    "UnsqueezeBackward0",
+    "ViewBackward0",
+}
+
+
+def _one_output_view(t: torch.Tensor) -> bool:
+    """False where t is (a view of) one output of split / chunk / unbind, which autograd does not let a Function
+    write over (DeepSeek's q_rot and k_rot are split off their projections)."""
+    fn = t.grad_fn
+    while fn is not None and type(fn).__name__ in _VIEW_NODES:
+        fn = fn.next_functions[0][0]
+    return fn is None or not type(fn).__name__.startswith(("Split", "Unbind"))
+
+
+def rotates_in_place(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether rope(q, k, in_place=True) may write over q and k: neither a leaf that requires grad nor a piece of a
+    split, no stride-0 (expanded) or shared memory between them, and not under torch.compile (whose tracing of
+    in-place forwards over views is not to be relied on)."""
+    return (
+        not compiling()
+        and _one_output_view(q)
+        and _one_output_view(k)
+        and not (q.requires_grad and q.is_leaf)
+        and not (k.requires_grad and k.is_leaf)
+        and 0 not in q.stride()
+        and 0 not in k.stride()
+        and _disjoint(q, k)
+    )
+
+
 def rope(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -297,11 +371,13 @@ def rope(
     R <= D: only the first R dims of each head rotate, the rest pass through (partial rotary). interleaved=False pairs
     dim i with i + R/2 (rotate_half, Llama); True pairs 2i with 2i + 1 (tables built with repeat_interleave). Math in
     float32. Any strides with a contiguous last dim (a head slice of a fused qkv works without a copy); outputs are
-    contiguous. in_place=True writes the results over q and k. The backward writes the input gradients over the output
+    contiguous. in_place=True writes the results over q and k (views too, e.g. transposed projections). The backward writes the input gradients over the output
     gradients when no other consumer holds those (else into new tensors). cos and sin receive no gradient. CPU and
     CUDA tensors.
     """
     cos, sin, code = _check_args(q, k, cos, sin, layout, interleaved)
+    if in_place and not compiling() and (q._is_view() or k._is_view()):
+        return _RopeInPlace.apply(q, cos, sin, code, interleaved), _RopeInPlace.apply(k, cos, sin, code, interleaved)
     return _Rope.apply(q, k, cos, sin, code, interleaved, bool(in_place))
 
 

@@ -8,8 +8,8 @@ import warnings
 import torch
 
 from tigon.nn.rms_norm import RMSNorm
-from tigon.nn.rope import apply_rotary_pos_emb as _tigon_apply_rotary_pos_emb
 from tigon.ops.rope import rope as _tigon_rope
+from tigon.ops.rope import rotates_in_place as _rotates_in_place
 from tigon.ops.rope import rope_one as _tigon_rope_one
 from tigon.nn.swiglu import _HIDDEN_ACT, FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
 from tigon.ops._common import FLOAT_DTYPES, rows_ok
@@ -107,9 +107,10 @@ def mlp_class(family: Family, hf_class: type) -> type:
 
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
     """transformers' apply_rotary_pos_emb (every family here: rotate-half, partial rotary when cos is narrower than
-    the head) as one Tigon kernel for q and k. Not in place: q and k may be views of projections still in use."""
-    cos, sin = _rope_tables(q, cos, sin)
-    return _tigon_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    the head) as Tigon's kernel. In place where it may be (rotates_in_place): the families' attention rotates fresh
+    projections and reads only the results, so attention saves the projections' own memory and no rotated copy of q
+    and k stays alive beside it."""
+    return _rope(q, k, cos, sin, unsqueeze_dim, interleaved=False)
 
 
 def _rope_tables(q, cos, sin):
@@ -123,7 +124,7 @@ def _rope(q, k, cos, sin, unsqueeze_dim: int, interleaved: bool):
     if layout is None:
         raise ValueError(f"apply_rotary_pos_emb: argument 'unsqueeze_dim' must be 1 or 2, got {unsqueeze_dim!r}")
     cos, sin = _rope_tables(q, cos, sin)
-    return _tigon_rope(q, k, cos, sin, layout=layout, interleaved=interleaved)
+    return _tigon_rope(q, k, cos, sin, layout=layout, interleaved=interleaved, in_place=_rotates_in_place(q, k))
 
 
 def apply_rotary_pos_emb_glm(q, k, cos, sin, unsqueeze_dim=1):
