@@ -31,19 +31,7 @@ def main() -> None:
     p.add_argument("--impl", default="tigon", choices=list(train_step.IMPLS))
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args()
-    name, batch, seq, docs = train_step.CONFIGS[args.config]
-    finish = train_step.IMPLS[args.impl](name)
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(
-            train_step._config(name, seq), dtype=torch.bfloat16, attn_implementation="sdpa"
-        )
-    train_step._enable_checkpointing(model)
-    model = finish(model.train())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
-    inputs = train_step._batch(model, batch, seq, docs, "cuda")
+    model, opt, inputs = train_step.build(args.config, train_step.IMPLS[args.impl], "cuda", torch.bfloat16)
 
     def step(record: bool):
         if record:

@@ -181,20 +181,27 @@ IMPLS = {
 }  # this order: Liger's class-level patch stays in the process
 
 
-def _measure(config: str, optimizer: str, prepare, ctx, warmup: int, steps: int) -> dict:
+def build(config: str, prepare, device, dtype, optimizer: str = "fused"):
+    """The configuration's model (checkpointed, in training mode) patched by prepare (an IMPLS entry), its AdamW and
+    its batch: what a step runs (the diagnostics in bench/sweeps build theirs here too)."""
     from transformers import AutoModelForCausalLM
 
     name, batch, seq, docs = CONFIGS[config]
     finish = prepare(name)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(ctx.device)
     torch.manual_seed(0)
-    with torch.device(ctx.device):
-        model = AutoModelForCausalLM.from_config(_config(name, seq), dtype=ctx.dtype, attn_implementation="sdpa")
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(_config(name, seq), dtype=dtype, attn_implementation="sdpa")
     _enable_checkpointing(model)
     model = finish(model.train())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **{optimizer: True})
-    inputs = _batch(model, batch, seq, docs, ctx.device)
+    return model, opt, _batch(model, batch, seq, docs, device)
+
+
+def _measure(config: str, optimizer: str, prepare, ctx, warmup: int, steps: int) -> dict:
+    name, batch, seq, docs = CONFIGS[config]
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(ctx.device)
+    model, opt, inputs = build(config, prepare, ctx.device, ctx.dtype, optimizer)
 
     peak_all = peak_model = 0
 
