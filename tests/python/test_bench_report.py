@@ -76,6 +76,22 @@ def test_table_comes_from_the_newest_full_run_with_ratios_of_that_run(tmp_path):
     assert "1.50×" in ce
 
 
+def test_an_op_measured_again_beside_its_baselines_replaces_its_rows_and_names_its_commit():
+    rows = _full_run("full", "2026-01-01T00:00:00", 3.0)
+    again = [  # cross entropy after a kernel change, with its baseline: replaces the full run's rows
+        _row("cross_entropy", "tigon", (4, 32), "fix", "2026-01-02T00:00:00", dev=1.0),
+        _row("cross_entropy", "torch_compile", (4, 32), "fix", "2026-01-02T00:00:00", dev=4.0),
+    ]
+    alone = [_row("rms_norm", "tigon", (8, 16), "solo", "2026-01-03T00:00:00", dev=0.01)]  # no baselines: not taken
+    table = records.ops_markdown(rows + again + alone)
+    ce = next(line for line in table.splitlines() if line.startswith("| cross_entropy"))
+    rms = next(line for line in table.splitlines() if line.startswith("| rms_norm"))
+    assert "4.00×" in ce and ce.rstrip(" |").endswith("fix")
+    assert rms.rstrip(" |").endswith("full") and "solo" not in table
+    assert "git full" in table and "measured again later" in table
+    assert "| git |" not in records.ops_markdown(rows + alone)  # one commit: no column
+
+
 def test_a_benchmark_split_across_calls_of_one_commit_is_one_table_and_parts_split_it():
     first = _full_run("abc", "2026-01-01T00:00:00", 2.0)
     second = [

@@ -91,6 +91,29 @@ def newest_run(rows: list[dict], train_steps: bool = False) -> list[dict]:
     return next((run for run in reversed(picked) if len({(r["op"], r["impl"]) for r in run}) == most), [])
 
 
+def with_remeasured(run: list[dict], rows: list[dict]) -> list[dict]:
+    """run with each (op, shape) taken from the newest later run that measured it again with the same implementations
+    or more, on the same GPU and dtype (an op re-measured beside its baselines after its kernels changed); a later
+    run of Tigon alone, or of fewer baselines, does not replace a row."""
+    if not run:
+        return run
+    key = lambda r: (r["op"], tuple(r["shape"]))  # noqa: E731
+    current: dict[tuple, list[dict]] = {}
+    for r in run:
+        current.setdefault(key(r), []).append(r)
+    for later in runs(rows).values():  # oldest first: the newest re-measurement wins
+        if later[0]["timestamp"] <= run[0]["timestamp"]:
+            continue
+        again: dict[tuple, list[dict]] = {}
+        for r in later:
+            if key(r) in current and (r["gpu"], r["dtype"]) == (run[0]["gpu"], current[key(r)][0]["dtype"]):
+                again.setdefault(key(r), []).append(r)
+        for k, rs in again.items():
+            if {r["impl"] for r in rs} >= {r["impl"] for r in current[k]}:
+                current[k] = rs
+    return [r for rs in current.values() for r in rs]
+
+
 def _ms(r: dict | None) -> tuple[float | None, bool]:
     """Steady-state device ms of a full pass, else the eager call's (flagged: not graph-capturable); inference ops
     (no backward, full_ms None) are compared by their forward the same way."""
@@ -129,7 +152,8 @@ def ops_markdown(rows: list[dict], brief: bool = False, part: str | None = None)
     """The op table: tigon's device ms per op and shape, and each baseline's time over tigon's (same run); brief keeps
     each op family's first shape and variant, part ("training" / "inference") the ops with / without a backward (the
     README shows the brief training table, docs/inference.md the inference one)."""
-    run = newest_run(rows)
+    base = newest_run(rows)
+    run = with_remeasured(base, rows)
     if part is not None:
         no_bwd = {r["op"] for r in run if r["impl"] == "tigon" and _inference(r)}
         run = [r for r in run if (r["op"] in no_bwd) == (part == "inference")]
@@ -139,9 +163,11 @@ def ops_markdown(rows: list[dict], brief: bool = False, part: str | None = None)
     if not run:
         return "(no op rows in the results file)"
     by = {(r["op"], tuple(r["shape"]), r["impl"]): r for r in run}
+    commits = len({r["git_sha"] for r in run}) > 1  # ops re-measured after the full run: each row names its commit
     out = [
-        "| op | shape | tigon fwd / full ms | vs torch eager | vs torch.compile | vs Liger | tigon peak MiB |",
-        "|---|---|---|---|---|---|---|",
+        "| op | shape | tigon fwd / full ms | vs torch eager | vs torch.compile | vs Liger | tigon peak MiB |"
+        + (" git |" if commits else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if commits else ""),
     ]
     for (op, shape, impl), t in by.items():
         if impl != "tigon":
@@ -151,6 +177,7 @@ def ops_markdown(rows: list[dict], brief: bool = False, part: str | None = None)
         cells = [op, "×".join(map(str, shape)), f"{fwd:.4f} / " + ("-" if full is None else f"{full:.4f}")]
         cells += [_ratio(by.get((op, shape, b)), t) for b in IMPLS[1:]]
         cells.append(f"{t['peak_mib']:.0f}" if t.get("peak_mib") is not None else "-")
+        cells += [t["git_sha"]] if commits else []
         out.append("| " + " | ".join(cells) + " |")
     timed = (
         "steady-state device ms (CUDA graph of back-to-back calls on fresh inputs)"
@@ -161,7 +188,9 @@ def ops_markdown(rows: list[dict], brief: bool = False, part: str | None = None)
     out += [
         "",
         textwrap.fill(
-            f"{_caption(run[0], 'Measured')} Times are {timed}"
+            f"{_caption(base[0], 'Measured')}"
+            + (" Rows naming another commit were measured again later, beside the same baselines." if commits else "")
+            + f" Times are {timed}"
             + ("" if part == "inference" else "; full = forward + backward")
             + ". vs X = "
             "X's full time / tigon's (above 1: tigon is faster). \\* not graph-capturable: eager "

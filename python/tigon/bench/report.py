@@ -362,7 +362,11 @@ def main(argv=None) -> int:
     from tigon.bench import records
 
     p = argparse.ArgumentParser(prog="python -m tigon.bench.report", description=records.__doc__)
-    p.add_argument("--markdown", action="store_true", help="print the newest run's table as markdown (the README's)")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the op table as markdown (the README's): the newest full run, each op as last measured beside its baselines",
+    )
     p.add_argument("--train-step", action="store_true", help="the whole-model train step table instead of the ops'")
     p.add_argument("--brief", action="store_true", help="one shape per op, the first the benchmark lists")
     part = p.add_mutually_exclusive_group()
