@@ -20,6 +20,9 @@ from test_transformers import build, family_param  # noqa: E402
 FAMILIES = [
     "llama",
     "mistral",
+    "ministral",
+    "ministral3",
+    "seed_oss",
     "qwen2",
     "qwen3",
     "granite",
@@ -30,6 +33,14 @@ FAMILIES = [
     "olmo2",
     "qwen3_moe",
     "mixtral",
+    "olmoe",
+    "helium",
+    "ernie4_5",
+    "glm",
+    "olmo3",
+    "smollm3",
+    "hunyuan_v1_dense",
+    "exaone4",
 ]
 PARAMS = [family_param(n) for n in FAMILIES]
 NEW_TOKENS = 64
@@ -117,9 +128,9 @@ def test_tigon_kernel_path_matches_transformers(monkeypatch, name):
 
 
 def test_unsupported_family_is_returned_unchanged():
-    model = build("olmoe").eval()
+    model = build("cohere").eval()
     forward, generate = model.forward, model.generate
-    with pytest.warns(UserWarning, match="not supported for inference yet: model type 'olmoe'"):
+    with pytest.warns(UserWarning, match="not supported for inference yet: model type 'cohere'"):
         assert tigon.optimize_model(model) is model
     assert not hasattr(model, "tigon_inference")
     assert model.forward == forward and model.generate == generate

@@ -104,7 +104,11 @@ class Decoder:
         q, k, v = (y.reshape(b, t, -1, d) for y in (q, k, v))
         if has_norms and layer.head_norm:
             q, k = self._norm(a.q_norm, q), self._norm(a.k_norm, k)
-        q, k = _rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        if layer.rotary:
+            q, k = _rope(q, k, cos, sin, s.adjacent_pairs)
+        if hasattr(a, "query_layernorm"):  # HunYuan: per-head norms after RoPE
+            q, k = self._norm(a.query_layernorm, q), self._norm(a.key_layernorm, k)
         out = attend(i, layer, q, k, v.transpose(1, 2))
         return _linear(out.transpose(1, 2).reshape(b, t, -1), a.o_proj.weight, a.o_proj.bias)
 

@@ -98,19 +98,27 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """Rotate-half RoPE of [B, H, T, D] q and k by [B, T, R] tables, R <= D (the first R dims rotate: Phi-3's partial
-    rotary), in transformers' order of operations so the results match it bit for bit. Tables kept in fp32 (OLMo 2's)
-    rotate in fp32, rounded back to the input's dtype once. Tigon's kernel, where it applies, rotates in fp32 and rounds
-    once."""
+def _rotate_adjacent(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, adjacent: bool = False):
+    """RoPE of [B, H, T, D] q and k by [B, T, R] tables, R <= D (the first R dims rotate: Phi-3's partial rotary), in
+    transformers' order of operations so the results match it bit for bit. Rotate-half pairs (i, i + R/2); adjacent
+    pairs (2i, 2i + 1), pair i turned by the table's column i (GLM, Helium, ERNIE 4.5 build their tables that way).
+    Tables kept in fp32 (OLMo 2's, ERNIE's) rotate in fp32, rounded back to the input's dtype once. Tigon's kernel,
+    where it applies, rotates in fp32 and rounds once."""
+    if adjacent:
+        half = cos.shape[-1] // 2
+        cos, sin = cos[..., :half].repeat_interleave(2, -1), sin[..., :half].repeat_interleave(2, -1)
     if _tigon_kernels(q):
-        return rope(q, k, cos, sin, layout="bhtd")
+        return rope(q, k, cos, sin, layout="bhtd", interleaved=adjacent)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    rotary = cos.shape[-1]
+    rotary, rotate = cos.shape[-1], _rotate_adjacent if adjacent else _rotate_half
 
     def turn(x):
         x_rot, x_pass = x[..., :rotary], x[..., rotary:]
-        turned = ((x_rot * cos) + (_rotate_half(x_rot) * sin)).to(x.dtype)
+        turned = ((x_rot * cos) + (rotate(x_rot) * sin)).to(x.dtype)
         return turned if x_pass.shape[-1] == 0 else torch.cat([turned, x_pass], dim=-1)
 
     return turn(q), turn(k)

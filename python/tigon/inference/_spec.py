@@ -18,6 +18,9 @@ from torch import nn
 NORM_PLACEMENT = {
     "llama": "pre",
     "mistral": "pre",
+    "ministral": "pre",
+    "ministral3": "pre",
+    "seed_oss": "pre",
     "qwen2": "pre",
     "qwen3": "pre",
     "granite": "pre",
@@ -28,6 +31,14 @@ NORM_PLACEMENT = {
     "olmo2": "post",
     "qwen3_moe": "pre",
     "mixtral": "pre",
+    "olmoe": "pre",
+    "helium": "pre",
+    "ernie4_5": "pre",
+    "glm": "pre",
+    "olmo3": "post",
+    "smollm3": "pre",
+    "hunyuan_v1_dense": "pre",
+    "exaone4": "post",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -55,6 +66,7 @@ class Layer:
     window: int | None  # sliding window (keys within window - 1 slots before the query), None: full
     rope: str  # key into Spec's RoPE tables
     head_norm: bool  # q/k norms over each head (Qwen3, Gemma 3) rather than over the whole projection (OLMo 2)
+    rotary: bool = True  # SmolLM3 leaves RoPE out of some layers (no_rope_layers), EXAONE 4 out of its global ones
 
 
 @dataclass
@@ -77,6 +89,7 @@ class Spec:
     residual_multiplier: float  # Granite
     logits_divisor: float  # Granite's logits_scaling
     rope_modules: dict = field(default_factory=dict)  # rope key -> (rotary module, its layer_type argument or None)
+    adjacent_pairs: bool = False  # RoPE turns pairs (2i, 2i + 1) (GLM, Helium, ERNIE 4.5) rather than (i, i + R/2)
 
     @property
     def backbone(self) -> nn.Module:
@@ -144,7 +157,7 @@ def _layer_problem(layer) -> str | None:
         return "projections that are not plain nn.Linear modules (adapters, quantization or remote code)"
     if is_moe(layer.mlp) and (problem := _moe_problem(layer.mlp)):
         return problem
-    kind = getattr(layer.self_attn, "layer_type", None)
+    kind = _attention_type(layer.self_attn)
     if kind not in (None, "full_attention", "sliding_attention"):
         return f"attention layer type {kind!r}"
     return None
@@ -169,9 +182,14 @@ def _model_problem(model, config, max_seq_len: int) -> str | None:
     return _rope_problem(config, max_seq_len)
 
 
+def _attention_type(attn) -> str | None:
+    """ "full_attention" / "sliding_attention" where the family names it (OLMo 3 as attention_type), else None."""
+    return getattr(attn, "layer_type", None) or getattr(attn, "attention_type", None)
+
+
 def _rope_key(backbone, attn) -> tuple[str, tuple]:
     """Which RoPE table a layer reads: Gemma 3's local and global layers have their own base frequencies."""
-    kind = getattr(attn, "layer_type", None)
+    kind = _attention_type(attn)
     rotary = backbone.rotary_emb
     if "layer_type" in inspect.signature(rotary.forward).parameters:
         return kind, (rotary, kind)
@@ -201,14 +219,20 @@ def read_spec(model, max_seq_len: int) -> Spec | str:
         key, rope = _rope_key(backbone, attn)
         ropes[key] = rope
         q_norm = getattr(attn, "q_norm", None)
+        window = getattr(attn, "sliding_window", None) or every_layer_window
+        rotary = bool(getattr(attn, "use_rope", True))
+        sliding = getattr(attn, "is_sliding", None)
+        if sliding is not None:  # EXAONE 4: the window is set on every layer; with one, only sliding layers rotate
+            window, rotary = (window if sliding else None), (window is None or sliding)
         layers.append(
             Layer(
                 block=block,
                 attn=attn,
                 mlp=block.mlp,
-                window=getattr(attn, "sliding_window", None) or every_layer_window,
+                window=window,
                 rope=key,
                 head_norm=q_norm is not None and q_norm.weight.shape[-1] == attn.head_dim,
+                rotary=rotary,
             )
         )
     first = layers[0].attn
@@ -236,4 +260,5 @@ def read_spec(model, max_seq_len: int) -> Spec | str:
         residual_multiplier=getattr(config, "residual_multiplier", 1.0),
         logits_divisor=getattr(config, "logits_scaling", 1.0),
         rope_modules=ropes,
+        adjacent_pairs=family.rope == "glm",
     )
