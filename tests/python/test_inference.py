@@ -41,6 +41,9 @@ FAMILIES = [
     "smollm3",
     "hunyuan_v1_dense",
     "exaone4",
+    "glm4",
+    "qwen2_moe",
+    "ernie4_5_moe",
 ]
 PARAMS = [family_param(n) for n in FAMILIES]
 NEW_TOKENS = 64
@@ -91,7 +94,7 @@ def test_forward_logits_match_transformers(name, dtype):
     """Teacher-forced logits at every position of a left-padded batch (positions past the padding: the padding's own
     are not defined). bf16: both sides round every op to bf16 but SDPA and eager attention sum in other orders, so
     the logits agree to a few bf16 units of their largest magnitude (5%)."""
-    if dtype == torch.bfloat16 and name in ("qwen3_moe", "mixtral"):
+    if dtype == torch.bfloat16 and name in ("qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "ernie4_5_moe"):
         pytest.skip(
             "bf16 MoE: one rounding apart in the hidden state can flip a token's top-k expert (a discrete jump)"
         )

@@ -10,7 +10,14 @@ from __future__ import annotations
 import torch
 
 from tigon.inference._ops import _add_rms_norm, _glu, _linear, _projections, _rms_norm, _rope, _tigon_kernels
-from tigon.inference._spec import Layer, Spec, is_moe
+from tigon.inference._spec import Layer, Spec, is_moe, shared_experts
+
+
+def _sandwich_norms(block) -> tuple[str, str, str]:
+    """The norms after attention, before the MLP and after it: Gemma 2/3's names, or GLM 4's for the same places."""
+    if hasattr(block, "post_self_attn_layernorm"):
+        return "post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"
+    return "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"
 
 
 class Decoder:
@@ -82,9 +89,9 @@ class Decoder:
             return h + norm(block.post_feedforward_layernorm, self._mlp(layer.mlp, h))
         a = self._attention(i, layer, norm(block.input_layernorm, h), cos, sin, attend)
         if placement == "sandwich":
-            h = h + norm(block.post_attention_layernorm, a)
-            mlp_in = norm(block.pre_feedforward_layernorm, h)
-            return h + norm(block.post_feedforward_layernorm, self._mlp(layer.mlp, mlp_in))
+            after_attn, before_mlp, after_mlp = (getattr(block, n) for n in _sandwich_norms(block))
+            h = h + norm(after_attn, a)
+            return h + norm(after_mlp, self._mlp(layer.mlp, norm(before_mlp, h)))
         h = self._residual(h, a)
         return self._residual(h, self._mlp(layer.mlp, norm(block.post_attention_layernorm, h)))
 
@@ -131,4 +138,11 @@ class Decoder:
         _, weights, ids = mlp.gate(x2)
         e = mlp.experts
         out = moe_experts(x2, ids, weights, e.gate_up_proj, e.down_proj, activation=experts_activation(e))
+        shared = shared_experts(mlp)
+        if shared is not None:  # Qwen2-MoE's (under a sigmoid gate) and ERNIE 4.5's: a dense MLP every token runs
+            dense = self._mlp(shared, x2)
+            gate = getattr(mlp, "shared_expert_gate", None)
+            if gate is not None:
+                dense = torch.sigmoid(_linear(x2, gate.weight, gate.bias)) * dense
+            out = out + dense
         return out.reshape(x.shape)

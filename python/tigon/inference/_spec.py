@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-# model_type -> where each block's norms sit: "pre" (norm, sublayer, residual), "sandwich" (Gemma 2/3: norms before
-# and after each sublayer), "post" (OLMo 2: the sublayer's output normed before the residual add)
+# model_type -> where each block's norms sit: "pre" (norm, sublayer, residual), "sandwich" (Gemma 2/3, GLM 4: norms
+# before and after each sublayer), "post" (OLMo 2: the sublayer's output normed before the residual add)
 NORM_PLACEMENT = {
     "llama": "pre",
     "mistral": "pre",
@@ -39,6 +39,9 @@ NORM_PLACEMENT = {
     "smollm3": "pre",
     "hunyuan_v1_dense": "pre",
     "exaone4": "post",
+    "glm4": "sandwich",
+    "qwen2_moe": "pre",
+    "ernie4_5_moe": "pre",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -137,6 +140,12 @@ def is_moe(mlp: nn.Module) -> bool:
     return hasattr(mlp, "experts") and hasattr(mlp, "gate")
 
 
+def shared_experts(mlp: nn.Module) -> nn.Module | None:
+    """The MoE block's shared expert, a dense MLP every token runs (Qwen2-MoE's shared_expert, ERNIE 4.5's
+    shared_experts), or None."""
+    return getattr(mlp, "shared_expert", None) or getattr(mlp, "shared_experts", None)
+
+
 def _moe_problem(mlp: nn.Module) -> str | None:
     """Why the decode loop cannot run this MoE block as router + tigon.ops.moe_experts, or None."""
     from tigon.ops.moe import experts_activation
@@ -145,8 +154,13 @@ def _moe_problem(mlp: nn.Module) -> str | None:
     # releases) leaves the softmax and top-k to the block's own forward
     if not type(mlp.gate).__name__.endswith("TopKRouter"):
         return f"the MoE router {type(mlp.gate).__name__} (a top-k router module is needed)"
-    if any(hasattr(mlp, n) for n in ("shared_expert", "shared_experts")):
-        return "shared experts"
+    shared = shared_experts(mlp)
+    dense = [getattr(shared, n, None) for n in ("gate_proj", "up_proj", "down_proj")] if shared is not None else []
+    if any(
+        type(m) is not nn.Linear
+        for m in dense + ([mlp.shared_expert_gate] if hasattr(mlp, "shared_expert_gate") else [])
+    ):
+        return "shared experts other than a gated MLP of plain nn.Linear projections"
     if experts_activation(mlp.experts) is None:
         return f"{type(mlp.experts).__name__} outside what tigon.ops.moe_experts computes (layout, activation, dtype)"
     return None
