@@ -44,8 +44,12 @@ FAMILIES = [
     "glm4",
     "qwen2_moe",
     "ernie4_5_moe",
+    "glm4_moe",
+    "dots1",
+    "hunyuan_v1_moe",
 ]
 PARAMS = [family_param(n) for n in FAMILIES]
+MOE = {"qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "ernie4_5_moe", "glm4_moe", "dots1", "hunyuan_v1_moe"}
 NEW_TOKENS = 64
 VOCAB = 320  # test_transformers' tiny vocabulary; ids 0-2 are pad, bos, eos
 
@@ -94,7 +98,7 @@ def test_forward_logits_match_transformers(name, dtype):
     """Teacher-forced logits at every position of a left-padded batch (positions past the padding: the padding's own
     are not defined). bf16: both sides round every op to bf16 but SDPA and eager attention sum in other orders, so
     the logits agree to a few bf16 units of their largest magnitude (5%)."""
-    if dtype == torch.bfloat16 and name in ("qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "ernie4_5_moe"):
+    if dtype == torch.bfloat16 and name in MOE:
         pytest.skip(
             "bf16 MoE: one rounding apart in the hidden state can flip a token's top-k expert (a discrete jump)"
         )
@@ -137,6 +141,22 @@ def test_unsupported_family_is_returned_unchanged():
         assert tigon.optimize_model(model) is model
     assert not hasattr(model, "tigon_inference")
     assert model.forward == forward and model.generate == generate
+
+
+@pytest.mark.parametrize("change", ["router", "part"])
+def test_moe_block_beyond_router_experts_and_shared_mlp_is_returned_unchanged(change):
+    """The decode loop replays an MoE block as router + experts (+ shared MLP): a router that hands back logits only
+    (routing left to the block's forward) or a part it would leave out keeps the model transformers'."""
+    model = build("qwen3_moe").eval()
+    mlp = model.model.layers[0].mlp  # the tiny model's MoE layer (its second is dense)
+    if change == "router":
+        mlp.gate = torch.nn.Linear(model.config.hidden_size, model.config.num_experts, bias=False)
+    else:
+        mlp.bias_mlp = torch.nn.Linear(model.config.hidden_size, model.config.hidden_size)
+    match = "MoE router Linear" if change == "router" else "MoE block parts \\['bias_mlp'\\]"
+    with pytest.warns(UserWarning, match=match):
+        assert tigon.optimize_model(model) is model
+    assert not hasattr(model, "tigon_inference")
 
 
 def test_unsupported_rope_type_is_returned_unchanged():

@@ -42,6 +42,9 @@ NORM_PLACEMENT = {
     "glm4": "sandwich",
     "qwen2_moe": "pre",
     "ernie4_5_moe": "pre",
+    "glm4_moe": "pre",
+    "dots1": "pre",
+    "hunyuan_v1_moe": "pre",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -140,10 +143,29 @@ def is_moe(mlp: nn.Module) -> bool:
     return hasattr(mlp, "experts") and hasattr(mlp, "gate")
 
 
+SHARED = ("shared_expert", "shared_experts", "shared_mlp")  # the names of MoE blocks' shared (dense) MLPs
+
+
+def _routes(gate: nn.Module) -> bool:
+    """Whether the router returns (logits, weights, expert ids) for a token, as transformers' top-k routers do."""
+    weight = next(gate.parameters(), None)
+    if weight is None or weight.dim() != 2:
+        return False
+    with torch.no_grad():
+        out = gate(weight.new_zeros(1, weight.shape[-1]))
+    return (
+        isinstance(out, tuple)
+        and len(out) == 3
+        and all(torch.is_tensor(t) for t in out)
+        and out[1].shape == out[2].shape
+        and not out[2].is_floating_point()
+    )
+
+
 def shared_experts(mlp: nn.Module) -> nn.Module | None:
-    """The MoE block's shared expert, a dense MLP every token runs (Qwen2-MoE's shared_expert, ERNIE 4.5's
-    shared_experts), or None."""
-    return getattr(mlp, "shared_expert", None) or getattr(mlp, "shared_experts", None)
+    """The MoE block's shared expert, a dense MLP every token runs (Qwen2-MoE's shared_expert, ERNIE 4.5's, GLM 4
+    MoE's and dots.llm1's shared_experts, HunYuan's shared_mlp), or None."""
+    return next((m for n in SHARED if (m := getattr(mlp, n, None)) is not None), None)
 
 
 def _moe_problem(mlp: nn.Module) -> str | None:
@@ -151,9 +173,13 @@ def _moe_problem(mlp: nn.Module) -> str | None:
     from tigon.ops.moe import experts_activation
 
     # transformers' top-k router modules return (logits, routing weights, expert ids); a plain nn.Linear gate (older
-    # releases) leaves the softmax and top-k to the block's own forward
-    if not type(mlp.gate).__name__.endswith("TopKRouter"):
-        return f"the MoE router {type(mlp.gate).__name__} (a top-k router module is needed)"
+    # releases) leaves the softmax and top-k to the block's own forward: one token through the router tells which
+    if not _routes(mlp.gate):
+        return f"the MoE router {type(mlp.gate).__name__} (a router returning the routing weights and ids is needed)"
+    # the block's forward is replayed as router + experts (+ shared MLP): a part beyond those would be left out
+    extra = {n for n, _ in mlp.named_children()} - {"gate", "experts", *SHARED, "shared_expert_gate"}
+    if extra:
+        return f"MoE block parts {sorted(extra)} beside the router, the experts and a shared MLP"
     shared = shared_experts(mlp)
     dense = [getattr(shared, n, None) for n in ("gate_proj", "up_proj", "down_proj")] if shared is not None else []
     if any(
