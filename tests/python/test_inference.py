@@ -17,39 +17,13 @@ transformers = pytest.importorskip("transformers")
 import tigon  # noqa: E402
 from test_transformers import build, family_param  # noqa: E402
 
-FAMILIES = [
-    "llama",
-    "mistral",
-    "ministral",
-    "ministral3",
-    "seed_oss",
-    "qwen2",
-    "qwen3",
-    "granite",
-    "gemma",
-    "gemma2",
-    "gemma3",
-    "phi3",
-    "olmo2",
-    "qwen3_moe",
-    "mixtral",
-    "olmoe",
-    "helium",
-    "ernie4_5",
-    "glm",
-    "olmo3",
-    "smollm3",
-    "hunyuan_v1_dense",
-    "exaone4",
-    "glm4",
-    "qwen2_moe",
-    "ernie4_5_moe",
-    "glm4_moe",
-    "dots1",
-    "hunyuan_v1_moe",
-]
+DENSE = ["llama", "mistral", "ministral", "ministral3", "seed_oss", "qwen2", "qwen3", "granite", "gemma", "gemma2"]
+DENSE += ["gemma3", "phi3", "olmo2", "olmo3", "helium", "ernie4_5", "glm", "glm4", "smollm3", "hunyuan_v1_dense"]
+DENSE += ["exaone4"]
+MOE = ["qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "ernie4_5_moe", "glm4_moe", "dots1", "hunyuan_v1_moe"]
+MOE += ["granitemoe"]
+FAMILIES = DENSE + MOE
 PARAMS = [family_param(n) for n in FAMILIES]
-MOE = {"qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "ernie4_5_moe", "glm4_moe", "dots1", "hunyuan_v1_moe"}
 NEW_TOKENS = 64
 VOCAB = 320  # test_transformers' tiny vocabulary; ids 0-2 are pad, bos, eos
 
@@ -157,6 +131,14 @@ def test_moe_block_beyond_router_experts_and_shared_mlp_is_returned_unchanged(ch
     with pytest.warns(UserWarning, match=match):
         assert tigon.optimize_model(model) is model
     assert not hasattr(model, "tigon_inference")
+
+
+def test_decoder_block_with_a_part_the_loop_would_leave_out_is_returned_unchanged():
+    """As Granite MoE Shared's shared MLP beside its MoE block: the loop would replay the block without it."""
+    model = build("llama").eval()
+    model.model.layers[1].shared_mlp = torch.nn.Linear(model.config.hidden_size, model.config.hidden_size)
+    with pytest.warns(UserWarning, match="decoder block parts \\['shared_mlp'\\]"):
+        assert tigon.optimize_model(model) is model
 
 
 def test_unsupported_rope_type_is_returned_unchanged():

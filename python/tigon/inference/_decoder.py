@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from tigon.inference._ops import _add_rms_norm, _glu, _linear, _projections, _rms_norm, _rope, _tigon_kernels
-from tigon.inference._spec import Layer, Spec, is_moe, shared_experts
+from tigon.inference._spec import Layer, Spec, is_moe, router, shared_experts
 
 
 def _sandwich_norms(block) -> tuple[str, str, str]:
@@ -135,7 +135,7 @@ class Decoder:
         from tigon.ops.moe import experts_activation, moe_experts
 
         x2 = x.reshape(-1, x.shape[-1])
-        _, weights, ids = mlp.gate(x2)
+        _, weights, ids = router(mlp)(x2)
         e = mlp.experts
         out = moe_experts(x2, ids, weights, e.gate_up_proj, e.down_proj, activation=experts_activation(e))
         shared = shared_experts(mlp)

@@ -45,6 +45,7 @@ NORM_PLACEMENT = {
     "glm4_moe": "pre",
     "dots1": "pre",
     "hunyuan_v1_moe": "pre",
+    "granitemoe": "pre",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -131,16 +132,26 @@ def _rope_problem(config, max_seq_len: int) -> str | None:
 
 
 def _linears(layer) -> list[nn.Module | None]:
-    a, m = layer.self_attn, layer.mlp
+    a, m = layer.self_attn, block_mlp(layer)
     qkv = ["qkv_proj"] if hasattr(a, "qkv_proj") else ["q_proj", "k_proj", "v_proj"]
     gate_up = ["gate_up_proj"] if hasattr(m, "gate_up_proj") else ["gate_proj", "up_proj"]
     mlp = [] if is_moe(m) else [getattr(m, n, None) for n in gate_up + ["down_proj"]]
     return [getattr(a, n, None) for n in qkv + ["o_proj"]] + mlp
 
 
+def block_mlp(block: nn.Module) -> nn.Module:
+    """A decoder block's MLP or MoE block (Granite MoE names it block_sparse_moe)."""
+    return block.mlp if hasattr(block, "mlp") else block.block_sparse_moe
+
+
+def router(mlp: nn.Module) -> nn.Module:
+    """An MoE block's router (gate, or Granite MoE's router)."""
+    return mlp.gate if hasattr(mlp, "gate") else mlp.router
+
+
 def is_moe(mlp: nn.Module) -> bool:
-    """A sparse MoE block (router `gate` + `experts`) rather than a dense MLP (Qwen3-MoE mixes both)."""
-    return hasattr(mlp, "experts") and hasattr(mlp, "gate")
+    """A sparse MoE block (a router + `experts`) rather than a dense MLP (Qwen3-MoE mixes both)."""
+    return hasattr(mlp, "experts") and (hasattr(mlp, "gate") or hasattr(mlp, "router"))
 
 
 SHARED = ("shared_expert", "shared_experts", "shared_mlp")  # the names of MoE blocks' shared (dense) MLPs
@@ -174,10 +185,10 @@ def _moe_problem(mlp: nn.Module) -> str | None:
 
     # transformers' top-k router modules return (logits, routing weights, expert ids); a plain nn.Linear gate (older
     # releases) leaves the softmax and top-k to the block's own forward: one token through the router tells which
-    if not _routes(mlp.gate):
-        return f"the MoE router {type(mlp.gate).__name__} (a router returning the routing weights and ids is needed)"
+    if not _routes(router(mlp)):
+        return f"the MoE router {type(router(mlp)).__name__} (a router returning the routing weights and ids is needed)"
     # the block's forward is replayed as router + experts (+ shared MLP): a part beyond those would be left out
-    extra = {n for n, _ in mlp.named_children()} - {"gate", "experts", *SHARED, "shared_expert_gate"}
+    extra = {n for n, _ in mlp.named_children()} - {"gate", "router", "experts", *SHARED, "shared_expert_gate"}
     if extra:
         return f"MoE block parts {sorted(extra)} beside the router, the experts and a shared MLP"
     shared = shared_experts(mlp)
@@ -192,10 +203,30 @@ def _moe_problem(mlp: nn.Module) -> str | None:
     return None
 
 
+# what a decoder block may hold for the decode loop to replay it: anything else (Granite MoE Shared's shared_mlp beside
+# its MoE block, say) would be left out, so such a model stays transformers'
+BLOCK_PARTS = {
+    "self_attn",
+    "mlp",
+    "block_sparse_moe",
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+    "post_self_attn_layernorm",
+    "post_mlp_layernorm",
+    "resid_attn_dropout",  # Phi-3's, identities in eval mode
+    "resid_mlp_dropout",
+}
+
+
 def _layer_problem(layer) -> str | None:
+    extra = {n for n, _ in layer.named_children()} - BLOCK_PARTS
+    if extra:
+        return f"decoder block parts {sorted(extra)}"
     if any(type(m) is not nn.Linear for m in _linears(layer)):  # LoRA, quantized or remote-code projections
         return "projections that are not plain nn.Linear modules (adapters, quantization or remote code)"
-    if is_moe(layer.mlp) and (problem := _moe_problem(layer.mlp)):
+    if is_moe(block_mlp(layer)) and (problem := _moe_problem(block_mlp(layer))):
         return problem
     kind = _attention_type(layer.self_attn)
     if kind not in (None, "full_attention", "sliding_attention"):
@@ -268,7 +299,7 @@ def read_spec(model, max_seq_len: int) -> Spec | str:
             Layer(
                 block=block,
                 attn=attn,
-                mlp=block.mlp,
+                mlp=block_mlp(block),
                 window=window,
                 rope=key,
                 head_norm=q_norm is not None and q_norm.weight.shape[-1] == attn.head_dim,
