@@ -19,7 +19,7 @@ from test_transformers import build, family_param  # noqa: E402
 
 DENSE = ["llama", "mistral", "ministral", "ministral3", "seed_oss", "qwen2", "qwen3", "granite", "gemma", "gemma2"]
 DENSE += ["gemma3", "phi3", "olmo2", "olmo3", "helium", "ernie4_5", "glm", "glm4", "smollm3", "hunyuan_v1_dense"]
-DENSE += ["exaone4"]
+DENSE += ["exaone4", "starcoder2", "stablelm"]
 MOE = ["qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "ernie4_5_moe", "glm4_moe", "dots1", "hunyuan_v1_moe"]
 MOE += ["granitemoe"]
 FAMILIES = DENSE + MOE

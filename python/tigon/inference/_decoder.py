@@ -44,7 +44,14 @@ class Decoder:
         """h [B, T, hidden] at positions [B, T] through every block and the final norm."""
         s = self.spec
         angles = {key: (cos[positions], sin[positions]) for key, (cos, sin) in self.rope_tables.items()}
-        if s.placement == "pre" and s.residual_multiplier == 1.0 and s.norm is not None and _tigon_kernels(h):
+        parallel = any(getattr(layer.block, "use_parallel_residual", False) for layer in s.layers)
+        if (
+            s.placement == "pre"
+            and s.residual_multiplier == 1.0
+            and s.norm is not None
+            and not parallel
+            and _tigon_kernels(h)
+        ):
             return self._fused_pre_norm(h, angles, attend)
         for i, layer in enumerate(s.layers):
             h = self._block(i, layer, h, *angles[layer.rope], attend)
@@ -87,7 +94,10 @@ class Decoder:
         if placement == "post":
             h = h + norm(block.post_attention_layernorm, self._attention(i, layer, h, cos, sin, attend))
             return h + norm(block.post_feedforward_layernorm, self._mlp(layer.mlp, h))
-        a = self._attention(i, layer, norm(block.input_layernorm, h), cos, sin, attend)
+        x = norm(block.input_layernorm, h)
+        a = self._attention(i, layer, x, cos, sin, attend)
+        if getattr(block, "use_parallel_residual", False):  # StableLM's option: attention and MLP read one norm
+            return h + a + self._mlp(layer.mlp, x)
         if placement == "sandwich":
             after_attn, before_mlp, after_mlp = (getattr(block, n) for n in _sandwich_norms(block))
             h = h + norm(after_attn, a)
@@ -112,6 +122,8 @@ class Decoder:
         if has_norms and layer.head_norm:
             q, k = self._norm(a.q_norm, q), self._norm(a.k_norm, k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
+        if getattr(a, "qk_layernorm", False):  # StableLM: a LayerNorm per head, before RoPE
+            q, k = a.q_layernorm(q), a.k_layernorm(k)
         if layer.rotary:
             q, k = _rope(q, k, cos, sin, s.adjacent_pairs)
         if hasattr(a, "query_layernorm"):  # HunYuan: per-head norms after RoPE
@@ -122,6 +134,10 @@ class Decoder:
     def _mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
         if is_moe(mlp):
             return self._experts(mlp, x)
+        if hasattr(mlp, "c_fc"):  # StarCoder 2's ungated MLP
+            return _linear(
+                self.spec.activation(_linear(x, mlp.c_fc.weight, mlp.c_fc.bias)), mlp.c_proj.weight, mlp.c_proj.bias
+            )
         if hasattr(mlp, "gate_up_proj"):  # Phi-3's fused projection: gate first
             gate, up = _linear(x, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias).chunk(2, dim=-1)
         else:

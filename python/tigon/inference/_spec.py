@@ -46,6 +46,8 @@ NORM_PLACEMENT = {
     "dots1": "pre",
     "hunyuan_v1_moe": "pre",
     "granitemoe": "pre",
+    "starcoder2": "pre",
+    "stablelm": "pre",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -134,8 +136,11 @@ def _rope_problem(config, max_seq_len: int) -> str | None:
 def _linears(layer) -> list[nn.Module | None]:
     a, m = layer.self_attn, block_mlp(layer)
     qkv = ["qkv_proj"] if hasattr(a, "qkv_proj") else ["q_proj", "k_proj", "v_proj"]
-    gate_up = ["gate_up_proj"] if hasattr(m, "gate_up_proj") else ["gate_proj", "up_proj"]
-    mlp = [] if is_moe(m) else [getattr(m, n, None) for n in gate_up + ["down_proj"]]
+    if hasattr(m, "c_fc"):  # StarCoder 2's ungated MLP
+        names = ["c_fc", "c_proj"]
+    else:
+        names = (["gate_up_proj"] if hasattr(m, "gate_up_proj") else ["gate_proj", "up_proj"]) + ["down_proj"]
+    mlp = [] if is_moe(m) else [getattr(m, n, None) for n in names]
     return [getattr(a, n, None) for n in qkv + ["o_proj"]] + mlp
 
 
@@ -215,13 +220,11 @@ BLOCK_PARTS = {
     "post_feedforward_layernorm",
     "post_self_attn_layernorm",
     "post_mlp_layernorm",
-    "resid_attn_dropout",  # Phi-3's, identities in eval mode
-    "resid_mlp_dropout",
 }
 
 
 def _layer_problem(layer) -> str | None:
-    extra = {n for n, _ in layer.named_children()} - BLOCK_PARTS
+    extra = {n for n, m in layer.named_children() if not isinstance(m, nn.Dropout)} - BLOCK_PARTS  # eval: identities
     if extra:
         return f"decoder block parts {sorted(extra)}"
     if any(type(m) is not nn.Linear for m in _linears(layer)):  # LoRA, quantized or remote-code projections
