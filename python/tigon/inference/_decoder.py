@@ -20,6 +20,12 @@ def _sandwich_norms(block) -> tuple[str, str, str]:
     return "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"
 
 
+def _parallel(block) -> bool:
+    """Attention and MLP both read the input norm's output and join the residual together (Cohere; StableLM's option):
+    such blocks have no norm between the two."""
+    return getattr(block, "post_attention_layernorm", None) is None and not hasattr(block, "post_feedforward_layernorm")
+
+
 class Decoder:
     def __init__(self, spec: Spec, max_seq_len: int) -> None:
         self.spec = spec
@@ -44,7 +50,7 @@ class Decoder:
         """h [B, T, hidden] at positions [B, T] through every block and the final norm."""
         s = self.spec
         angles = {key: (cos[positions], sin[positions]) for key, (cos, sin) in self.rope_tables.items()}
-        parallel = any(getattr(layer.block, "use_parallel_residual", False) for layer in s.layers)
+        parallel = any(_parallel(layer.block) for layer in s.layers)
         if (
             s.placement == "pre"
             and s.residual_multiplier == 1.0
@@ -78,6 +84,8 @@ class Decoder:
         logits = _linear(h, s.model.lm_head.weight, s.model.lm_head.bias)
         if s.logits_divisor != 1.0:
             logits = logits / s.logits_divisor
+        if s.logit_scale is not None:  # Cohere
+            logits = logits * s.logit_scale
         if s.final_softcap is not None:
             logits = torch.tanh(logits / s.final_softcap) * s.final_softcap
         return logits
@@ -96,7 +104,7 @@ class Decoder:
             return h + norm(block.post_feedforward_layernorm, self._mlp(layer.mlp, h))
         x = norm(block.input_layernorm, h)
         a = self._attention(i, layer, x, cos, sin, attend)
-        if getattr(block, "use_parallel_residual", False):  # StableLM's option: attention and MLP read one norm
+        if _parallel(block):
             return h + a + self._mlp(layer.mlp, x)
         if placement == "sandwich":
             after_attn, before_mlp, after_mlp = (getattr(block, n) for n in _sandwich_norms(block))
@@ -125,7 +133,7 @@ class Decoder:
         if getattr(a, "qk_layernorm", False):  # StableLM: a LayerNorm per head, before RoPE
             q, k = a.q_layernorm(q), a.k_layernorm(k)
         if layer.rotary:
-            q, k = _rope(q, k, cos, sin, s.adjacent_pairs)
+            q, k = _rope(q, k, cos, sin, s.rope_pairs, s.rope_fp32)
         if hasattr(a, "query_layernorm"):  # HunYuan: per-head norms after RoPE
             q, k = self._norm(a.query_layernorm, q), self._norm(a.key_layernorm, k)
         out = attend(i, layer, q, k, v.transpose(1, 2))

@@ -102,22 +102,24 @@ def _rotate_adjacent(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
 
 
-def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, adjacent: bool = False):
+def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairs: str = "halves", fp32=False):
     """RoPE of [B, H, T, D] q and k by [B, T, R] tables, R <= D (the first R dims rotate: Phi-3's partial rotary), in
-    transformers' order of operations so the results match it bit for bit. Rotate-half pairs (i, i + R/2); adjacent
-    pairs (2i, 2i + 1), pair i turned by the table's column i (GLM, Helium, ERNIE 4.5 build their tables that way).
-    Tables kept in fp32 (OLMo 2's, ERNIE's) rotate in fp32, rounded back to the input's dtype once. Tigon's kernel,
-    where it applies, rotates in fp32 and rounds once."""
-    if adjacent:
+    transformers' order of operations so the results match it bit for bit. pairs "halves": rotate-half pairs
+    (i, i + R/2); "glm": adjacent pairs (2i, 2i + 1), pair i turned by the table's column i (GLM, Helium, ERNIE 4.5
+    build their tables that way); "interleaved": adjacent pairs on a table already interleaved (Cohere). fp32: q and k
+    rotate in fp32 whatever the tables' dtype (Cohere), as do tables kept in fp32 (OLMo 2's, ERNIE's); one rounding
+    back to the input's dtype. Tigon's kernel, where it applies, rotates in fp32 and rounds once."""
+    if pairs == "glm":
         half = cos.shape[-1] // 2
         cos, sin = cos[..., :half].repeat_interleave(2, -1), sin[..., :half].repeat_interleave(2, -1)
     if _tigon_kernels(q):
-        return rope(q, k, cos, sin, layout="bhtd", interleaved=adjacent)
+        return rope(q, k, cos, sin, layout="bhtd", interleaved=pairs != "halves")
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    rotary, rotate = cos.shape[-1], _rotate_adjacent if adjacent else _rotate_half
+    rotary, rotate = cos.shape[-1], _rotate_half if pairs == "halves" else _rotate_adjacent
 
     def turn(x):
         x_rot, x_pass = x[..., :rotary], x[..., rotary:]
+        x_rot = x_rot.float() if fp32 else x_rot
         turned = ((x_rot * cos) + (rotate(x_rot) * sin)).to(x.dtype)
         return turned if x_pass.shape[-1] == 0 else torch.cat([turned, x_pass], dim=-1)
 

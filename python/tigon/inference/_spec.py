@@ -48,6 +48,8 @@ NORM_PLACEMENT = {
     "granitemoe": "pre",
     "starcoder2": "pre",
     "stablelm": "pre",
+    "cohere": "pre",
+    "cohere2": "pre",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -98,7 +100,9 @@ class Spec:
     residual_multiplier: float  # Granite
     logits_divisor: float  # Granite's logits_scaling
     rope_modules: dict = field(default_factory=dict)  # rope key -> (rotary module, its layer_type argument or None)
-    adjacent_pairs: bool = False  # RoPE turns pairs (2i, 2i + 1) (GLM, Helium, ERNIE 4.5) rather than (i, i + R/2)
+    rope_pairs: str = "halves"  # "halves" (i, i + R/2); "glm" / "interleaved": (2i, 2i + 1), see inference._ops._rope
+    rope_fp32: bool = False  # q and k rotate in fp32 whatever the tables' dtype (Cohere)
+    logit_scale: float | None = None  # Cohere multiplies the logits by config.logit_scale
 
     @property
     def backbone(self) -> nn.Module:
@@ -298,6 +302,8 @@ def read_spec(model, max_seq_len: int) -> Spec | str:
         sliding = getattr(attn, "is_sliding", None)
         if sliding is not None:  # EXAONE 4: the window is set on every layer; with one, only sliding layers rotate
             window, rotary = (window if sliding else None), (window is None or sliding)
+        if model_type == "cohere2":  # RoPE on the sliding layers only
+            rotary = window is not None
         layers.append(
             Layer(
                 block=block,
@@ -334,5 +340,7 @@ def read_spec(model, max_seq_len: int) -> Spec | str:
         residual_multiplier=getattr(config, "residual_multiplier", 1.0),
         logits_divisor=getattr(config, "logits_scaling", 1.0),
         rope_modules=ropes,
-        adjacent_pairs=family.rope == "glm",
+        rope_pairs=family.rope if family.rope in ("glm", "interleaved") else "halves",
+        rope_fp32=model_type in ("cohere", "cohere2"),
+        logit_scale=getattr(config, family.logit_scale) if family.logit_scale else None,
     )
