@@ -21,7 +21,7 @@ DENSE = ["llama", "mistral", "ministral", "ministral3", "seed_oss", "qwen2", "qw
 DENSE += ["gemma3", "phi3", "olmo2", "olmo3", "helium", "ernie4_5", "glm", "glm4", "smollm3", "hunyuan_v1_dense"]
 DENSE += ["exaone4", "starcoder2", "stablelm", "cohere", "cohere2"]
 MOE = ["qwen3_moe", "mixtral", "olmoe", "qwen2_moe", "ernie4_5_moe", "glm4_moe", "dots1", "hunyuan_v1_moe"]
-MOE += ["granitemoe"]
+MOE += ["granitemoe", "granitemoeshared"]
 FAMILIES = DENSE + MOE
 PARAMS = [family_param(n) for n in FAMILIES]
 NEW_TOKENS = 64
@@ -134,10 +134,10 @@ def test_moe_block_beyond_router_experts_and_shared_mlp_is_returned_unchanged(ch
 
 
 def test_decoder_block_with_a_part_the_loop_would_leave_out_is_returned_unchanged():
-    """As Granite MoE Shared's shared MLP beside its MoE block: the loop would replay the block without it."""
+    """A module in the block that the loop does not know (an adapter beside the MLP, say) would be left out."""
     model = build("llama").eval()
-    model.model.layers[1].shared_mlp = torch.nn.Linear(model.config.hidden_size, model.config.hidden_size)
-    with pytest.warns(UserWarning, match="decoder block parts \\['shared_mlp'\\]"):
+    model.model.layers[1].adapter = torch.nn.Linear(model.config.hidden_size, model.config.hidden_size)
+    with pytest.warns(UserWarning, match="decoder block parts \\['adapter'\\]"):
         assert tigon.optimize_model(model) is model
 
 

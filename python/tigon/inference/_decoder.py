@@ -76,7 +76,7 @@ class Decoder:
                 x, h = _add_rms_norm(pending, h, block.input_layernorm, s.norm)
             a = self._attention(i, layer, x, *angles[layer.rope], attend)
             x, h = _add_rms_norm(a, h, block.post_attention_layernorm, s.norm)
-            pending = self._mlp(layer.mlp, x)
+            pending = self._feed_forward(layer, x)
         return _add_rms_norm(pending, h, s.backbone.norm, s.norm)[0]
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -101,17 +101,17 @@ class Decoder:
         block, placement, norm = layer.block, self.spec.placement, self._norm
         if placement == "post":
             h = h + norm(block.post_attention_layernorm, self._attention(i, layer, h, cos, sin, attend))
-            return h + norm(block.post_feedforward_layernorm, self._mlp(layer.mlp, h))
+            return h + norm(block.post_feedforward_layernorm, self._feed_forward(layer, h))
         x = norm(block.input_layernorm, h)
         a = self._attention(i, layer, x, cos, sin, attend)
         if _parallel(block):
-            return h + a + self._mlp(layer.mlp, x)
+            return h + a + self._feed_forward(layer, x)
         if placement == "sandwich":
             after_attn, before_mlp, after_mlp = (getattr(block, n) for n in _sandwich_norms(block))
             h = h + norm(after_attn, a)
-            return h + norm(after_mlp, self._mlp(layer.mlp, norm(before_mlp, h)))
+            return h + norm(after_mlp, self._feed_forward(layer, norm(before_mlp, h)))
         h = self._residual(h, a)
-        return self._residual(h, self._mlp(layer.mlp, norm(block.post_attention_layernorm, h)))
+        return self._residual(h, self._feed_forward(layer, norm(block.post_attention_layernorm, h)))
 
     def _attention(self, i: int, layer: Layer, x, cos, sin, attend) -> torch.Tensor:
         s, a = self.spec, layer.attn
@@ -139,6 +139,12 @@ class Decoder:
         out = attend(i, layer, q, k, v.transpose(1, 2))
         return _linear(out.transpose(1, 2).reshape(b, t, -1), a.o_proj.weight, a.o_proj.bias)
 
+    def _feed_forward(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
+        """The block's MLP or MoE block, plus Granite MoE Shared's shared MLP beside it."""
+        out = self._mlp(layer.mlp, x)
+        shared = getattr(layer.block, "shared_mlp", None)
+        return out if shared is None else out + self._mlp(shared, x)
+
     def _mlp(self, mlp, x: torch.Tensor) -> torch.Tensor:
         if is_moe(mlp):
             return self._experts(mlp, x)
@@ -146,12 +152,14 @@ class Decoder:
             return _linear(
                 self.spec.activation(_linear(x, mlp.c_fc.weight, mlp.c_fc.bias)), mlp.c_proj.weight, mlp.c_proj.bias
             )
-        if hasattr(mlp, "gate_up_proj"):  # Phi-3's fused projection: gate first
-            gate, up = _linear(x, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias).chunk(2, dim=-1)
+        fused = getattr(mlp, "gate_up_proj", None) or getattr(mlp, "input_linear", None)
+        if fused is not None:  # Phi-3's fused projection, Granite MoE Shared's input_linear: gate first
+            gate, up = _linear(x, fused.weight, fused.bias).chunk(2, dim=-1)
         else:
             gate, up = _projections(x, [mlp.gate_proj, mlp.up_proj])
         s = self.spec
-        return _linear(_glu(gate, up, s.glu, s.activation), mlp.down_proj.weight, mlp.down_proj.bias)
+        down = mlp.down_proj if hasattr(mlp, "down_proj") else mlp.output_linear
+        return _linear(_glu(gate, up, s.glu, s.activation), down.weight, down.bias)
 
     def _experts(self, mlp, x: torch.Tensor) -> torch.Tensor:
         """A sparse MoE block: the model's own router, then every token's experts in one tigon.ops.moe_experts (routing

@@ -50,6 +50,7 @@ NORM_PLACEMENT = {
     "stablelm": "pre",
     "cohere": "pre",
     "cohere2": "pre",
+    "granitemoeshared": "pre",
 }
 # transformers' activation names -> the activation of Tigon's GLU kernels (tigon.ops.swiglu / geglu)
 GLU_KERNELS = {
@@ -145,6 +146,8 @@ def _linears(layer) -> list[nn.Module | None]:
     else:
         names = (["gate_up_proj"] if hasattr(m, "gate_up_proj") else ["gate_proj", "up_proj"]) + ["down_proj"]
     mlp = [] if is_moe(m) else [getattr(m, n, None) for n in names]
+    shared = getattr(layer, "shared_mlp", None)  # Granite MoE Shared's, beside its MoE block
+    mlp += [] if shared is None else [getattr(shared, n, None) for n in ("input_linear", "output_linear")]
     return [getattr(a, n, None) for n in qkv + ["o_proj"]] + mlp
 
 
@@ -212,8 +215,8 @@ def _moe_problem(mlp: nn.Module) -> str | None:
     return None
 
 
-# what a decoder block may hold for the decode loop to replay it: anything else (Granite MoE Shared's shared_mlp beside
-# its MoE block, say) would be left out, so such a model stays transformers'
+# what a decoder block may hold for the decode loop to replay it: anything else would be left out, so such a model
+# stays transformers'
 BLOCK_PARTS = {
     "self_attn",
     "mlp",
@@ -224,6 +227,7 @@ BLOCK_PARTS = {
     "post_feedforward_layernorm",
     "post_self_attn_layernorm",
     "post_mlp_layernorm",
+    "shared_mlp",  # Granite MoE Shared: a gated MLP beside the MoE block
 }
 
 
