@@ -29,6 +29,13 @@ def _parallel(block) -> bool:
 class Decoder:
     def __init__(self, spec: Spec, max_seq_len: int) -> None:
         self.spec = spec
+        # pre-norm blocks of RMSNorms in a row, each residual add foldable into the norm after it (_fused_pre_norm)
+        self.fusable = (
+            spec.placement == "pre"
+            and spec.residual_multiplier == 1.0
+            and spec.norm is not None
+            and not any(_parallel(layer.block) for layer in spec.layers)
+        )
         self.rope_tables = {}  # rope key -> (cos, sin) [max_seq_len, R] in the model's dtype, as transformers rounds
         positions = torch.arange(max_seq_len, device=spec.device)[None]
         probe = torch.empty(0, dtype=spec.dtype, device=spec.device)
@@ -50,14 +57,7 @@ class Decoder:
         """h [B, T, hidden] at positions [B, T] through every block and the final norm."""
         s = self.spec
         angles = {key: (cos[positions], sin[positions]) for key, (cos, sin) in self.rope_tables.items()}
-        parallel = any(_parallel(layer.block) for layer in s.layers)
-        if (
-            s.placement == "pre"
-            and s.residual_multiplier == 1.0
-            and s.norm is not None
-            and not parallel
-            and _tigon_kernels(h)
-        ):
+        if self.fusable and _tigon_kernels(h):
             return self._fused_pre_norm(h, angles, attend)
         for i, layer in enumerate(s.layers):
             h = self._block(i, layer, h, *angles[layer.rope], attend)

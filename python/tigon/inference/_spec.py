@@ -203,12 +203,9 @@ def _moe_problem(mlp: nn.Module) -> str | None:
     extra = {n for n, _ in mlp.named_children()} - {"gate", "router", "experts", *SHARED, "shared_expert_gate"}
     if extra:
         return f"MoE block parts {sorted(extra)} beside the router, the experts and a shared MLP"
-    shared = shared_experts(mlp)
-    dense = [getattr(shared, n, None) for n in ("gate_proj", "up_proj", "down_proj")] if shared is not None else []
-    if any(
-        type(m) is not nn.Linear
-        for m in dense + ([mlp.shared_expert_gate] if hasattr(mlp, "shared_expert_gate") else [])
-    ):
+    shared, gate = shared_experts(mlp), getattr(mlp, "shared_expert_gate", None)
+    parts = [] if shared is None else [getattr(shared, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    if any(type(m) is not nn.Linear for m in parts + ([] if gate is None else [gate])):
         return "shared experts other than a gated MLP of plain nn.Linear projections"
     if experts_activation(mlp.experts) is None:
         return f"{type(mlp.experts).__name__} outside what tigon.ops.moe_experts computes (layout, activation, dtype)"
@@ -265,7 +262,8 @@ def _model_problem(model, config, max_seq_len: int) -> str | None:
 
 
 def _attention_type(attn) -> str | None:
-    """ "full_attention" / "sliding_attention" where the family names it (OLMo 3 as attention_type), else None."""
+    """The layer's attention type, full_attention or sliding_attention, where the family names it (OLMo 3 names it
+    attention_type), else None."""
     return getattr(attn, "layer_type", None) or getattr(attn, "attention_type", None)
 
 
