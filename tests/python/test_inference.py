@@ -391,6 +391,7 @@ def test_cuda_linear_in_the_step_matches_torch(rows):
     torch.testing.assert_close(got.float(), want, atol=0.1, rtol=2e-2)
 
 
+SPECIAL_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # within the tiny vocabulary
 KERNEL_MODELS = {  # tiny models with head dims Tigon's decode attention takes (test_transformers' use 16)
     "llama": ("LlamaConfig", dict(head_dim=64)),
     "gemma2": (
@@ -405,6 +406,15 @@ KERNEL_MODELS = {  # tiny models with head dims Tigon's decode attention takes (
     ),
     # MoE: the router and tigon.ops.moe_experts inside the captured step (routing on the device, no host sync)
     "qwen3_moe": ("Qwen3MoeConfig", dict(head_dim=64, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2)),
+    # the later families' own paths through the kernels: GLM's partial RoPE on adjacent pairs, Cohere's parallel
+    # blocks and interleaved RoPE, StarCoder 2's LayerNorms and ungated MLP, Qwen2-MoE's gated shared expert
+    "glm": ("GlmConfig", dict(head_dim=64, **SPECIAL_IDS)),
+    "cohere": ("CohereConfig", dict(logit_scale=0.5, **SPECIAL_IDS)),
+    "starcoder2": ("Starcoder2Config", dict(SPECIAL_IDS)),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(moe_intermediate_size=128, shared_expert_intermediate_size=256, num_experts=8, num_experts_per_tok=2),
+    ),
 }
 
 
