@@ -23,7 +23,7 @@ GROUPS = (
     ("attention", r"flash|fmha|sdpa|attn|attention"),
     ("optimizer", r"adam|multi_tensor"),
     ("gemm", r"gemm|gemv|xmma|cutlass|nvjet|cublas|matmul|splitk"),
-    ("norm", r"rms|layer_?norm|norm"),
+    ("norm", r"rms|norm"),
     ("rope", r"rope|rotary"),
     ("mlp activation", r"swiglu|geglu|silu|gelu|glu|activation"),
     ("loss", r"cross_?entropy|softmax|lce|nll|logsumexp"),

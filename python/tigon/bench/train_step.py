@@ -198,7 +198,7 @@ def build(config: str, prepare, device, dtype, optimizer: str = "fused"):
 
 
 def _measure(config: str, optimizer: str, prepare, ctx, warmup: int, steps: int) -> dict:
-    name, batch, seq, docs = CONFIGS[config]
+    _, batch, seq, _ = CONFIGS[config]
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(ctx.device)
     model, opt, inputs = build(config, prepare, ctx.device, ctx.dtype, optimizer)

@@ -287,10 +287,7 @@ class _RopeInPlace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, cos, sin, layout, interleaved):
-        if compiling():
-            torch.ops.tigon.rope_fwd_(x, cos, sin, layout, interleaved)
-        else:
-            _fwd_inplace_impl(x, cos, sin, layout, interleaved)
+        _fwd_inplace_impl(x, cos, sin, layout, interleaved)  # eager only: rope() keeps torch.compile on _Rope
         ctx.mark_dirty(x)
         ctx.save_for_backward(cos, sin)
         ctx.layout, ctx.interleaved = layout, interleaved
@@ -371,9 +368,9 @@ def rope(
     R <= D: only the first R dims of each head rotate, the rest pass through (partial rotary). interleaved=False pairs
     dim i with i + R/2 (rotate_half, Llama); True pairs 2i with 2i + 1 (tables built with repeat_interleave). Math in
     float32. Any strides with a contiguous last dim (a head slice of a fused qkv works without a copy); outputs are
-    contiguous. in_place=True writes the results over q and k (views too, e.g. transposed projections). The backward writes the input gradients over the output
-    gradients when no other consumer holds those (else into new tensors). cos and sin receive no gradient. CPU and
-    CUDA tensors.
+    contiguous. in_place=True writes the results over q and k (views too, e.g. transposed projections). The backward
+    writes the input gradients over the output gradients when no other consumer holds those (else into new tensors).
+    cos and sin receive no gradient. CPU and CUDA tensors.
     """
     cos, sin, code = _check_args(q, k, cos, sin, layout, interleaved)
     if in_place and not compiling() and (q._is_view() or k._is_view()):
