@@ -1,11 +1,13 @@
 // The attention backward's CUDA kernels on their own, before the C API reaches them: every case below against a
 // direct fp64 loop of include/tigon/attention.h's math (masks, windows, GQA, variable length, softcap, strides that
-// defeat 16-byte loads, both dtypes, every head dim), then the speed of one long causal problem. Diagnostic only,
-// not part of the library; it links the backward's sources directly (the library exports only the C API).
+// defeat 16-byte loads, both dtypes, every head dim), then the speed of one long problem, causal and full, with dq
+// added in the deterministic order and unordered. Diagnostic only, not part of the library; it links the
+// backward's sources directly (the library exports only the C API).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude -I<cutlass>/include \
 //     -o build/attention_bwd bench/micro/attention_bwd.cu src/attention/attention_bwd_cuda*.cu src/common/tensor.cpp
-//   build/attention_bwd [batch seqlen heads head_dim]      (speed case; default 4 4096 16 128, causal, bf16)
+//   build/attention_bwd [batch seqlen heads head_dim [kv_heads]]   (speed; default 8 4096 32 128 8, bf16: causal and
+//                                                                   full masks, deterministic and unordered dq)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -264,17 +266,16 @@ bool run_case(const Case& c, std::mt19937& rng) {
   return ok;
 }
 
-void speed(int batch, int seqlen, int heads, int head_dim) {
+void speed(int batch, int seqlen, int heads, int kv_heads, int head_dim) {
   ta::BwdProblem p;
   p.s.dtype = DType::kBFloat16;
   p.s.batch = batch;
   p.s.seqlen_q = p.s.seqlen_k = seqlen;
-  p.s.heads_q = p.s.heads_kv = heads;
+  p.s.heads_q = heads;
+  p.s.heads_kv = kv_heads;
   p.s.head_dim = head_dim;
   p.s.scale = 1.f / std::sqrt(float(head_dim));
-  p.s.causal = true;
-  p.s.window_right = 0;
-  const int64_t n = int64_t(batch) * seqlen * heads * head_dim;
+  const int64_t n = int64_t(batch) * seqlen * heads * head_dim;  // k and v use the first kv_heads / heads of theirs
   std::vector<uint16_t> h(static_cast<size_t>(n));
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -291,15 +292,27 @@ void speed(int batch, int seqlen, int heads, int head_dim) {
   CHECK(cudaMalloc(&lse, size_t(batch) * heads * seqlen * 4));
   CHECK(cudaMemset(lse, 0, size_t(batch) * heads * seqlen * 4));  // the values do not change the work
   p.lse = lse;
+  for (ta::Tensor4* t : {&p.k, &p.v, &p.dk, &p.dv}) {
+    t->batch_stride = int64_t(seqlen) * kv_heads * head_dim;
+    t->seq_stride = int64_t(kv_heads) * head_dim;
+  }
   const size_t ws_bytes = ta::bwd_cuda_workspace_bytes(p.s, true, 0);
   void* ws = nullptr;
   CHECK(cudaMalloc(&ws, ws_bytes));
-  const float us = time_us([&] { ta::bwd_cuda(p, ws, ws_bytes, nullptr); });
-  const double fwd_flops = 4.0 * batch * heads * double(seqlen) * seqlen * head_dim / 2;  // causal: half the pairs
-  std::printf(
-      "speed: bf16 causal batch %d seqlen %d heads %d head_dim %d: %.1f us, backward %.1f TFLOP/s "
-      "(2.5x the forward's FLOPs)\n",
-      batch, seqlen, heads, head_dim, us, 2.5 * fwd_flops / us * 1e-6);
+  for (bool causal : {true, false}) {
+    for (bool deterministic : {true, false}) {
+      p.s.causal = causal;
+      p.s.window_right = causal ? 0 : -1;
+      p.deterministic = deterministic;
+      const float us = time_us([&] { ta::bwd_cuda(p, ws, ws_bytes, nullptr); });
+      const double fwd_flops = 4.0 * batch * heads * double(seqlen) * seqlen * head_dim / (causal ? 2 : 1);
+      std::printf(
+          "speed: bf16 %s batch %d seqlen %d heads %d/%d head_dim %d, %s dq: %.1f us, backward %.1f TFLOP/s "
+          "(2.5x the forward's FLOPs)\n",
+          causal ? "causal" : "full", batch, seqlen, heads, kv_heads, head_dim,
+          deterministic ? "deterministic" : "unordered", us, 2.5 * fwd_flops / us * 1e-6);
+    }
+  }
   for (ta::Tensor4* t : ts) CHECK(cudaFree(t->data));
   CHECK(cudaFree(lse));
   CHECK(cudaFree(ws));
@@ -338,8 +351,9 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (const Case& c : cases) ok = run_case(c, rng) && ok;
   std::printf("%s\n", ok ? "all cases pass" : "SOME CASES FAIL");
-  const int batch = argc > 4 ? std::atoi(argv[1]) : 4, seqlen = argc > 4 ? std::atoi(argv[2]) : 4096;
-  const int heads = argc > 4 ? std::atoi(argv[3]) : 16, head_dim = argc > 4 ? std::atoi(argv[4]) : 128;
-  speed(batch, seqlen, heads, head_dim);
+  const int batch = argc > 4 ? std::atoi(argv[1]) : 8, seqlen = argc > 4 ? std::atoi(argv[2]) : 4096;
+  const int heads = argc > 4 ? std::atoi(argv[3]) : 32, head_dim = argc > 4 ? std::atoi(argv[4]) : 128;
+  const int kv_heads = argc > 5 ? std::atoi(argv[5]) : (argc > 4 ? heads : 8);
+  speed(batch, seqlen, heads, kv_heads, head_dim);
   return ok ? 0 : 1;
 }

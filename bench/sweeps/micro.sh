@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The diagnostic programs of bench/micro/ that take no arguments: each built into build/ unless already there (the
-# CUTLASS one takes ~2 minutes of one core), run, its output in $OUT/micro-<name>.txt. Names as arguments pick some
-# (default: conv2d_tiles conv2d_cudnn softmax_variants moe_gemm_tiles gemv_splits). CUTLASS's headers come from the nvidia-cutlass wheel,
-# cuDNN's from the nvidia-cudnn wheel that PyTorch's CUDA builds install.
+# The diagnostic programs of bench/micro/, run with their default arguments: each built into build/ unless already
+# there (the CUTLASS ones take ~2 minutes of one core), run, its output in $OUT/micro-<name>.txt. Names as arguments
+# pick some (default: conv2d_tiles conv2d_cudnn softmax_variants moe_gemm_tiles gemv_splits; attention_bwd by name).
+# CUTLASS's headers come from the nvidia-cutlass wheel, cuDNN's from the nvidia-cudnn wheel that PyTorch's CUDA
+# builds install.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 py_dir() { python3 -c "import $1 as m, os; print(os.path.dirname(m.__file__) if m.__file__ else m.__path__[0])"; }
@@ -16,6 +17,8 @@ build() {
     softmax_variants) nvcc $flags -o build/$1 bench/micro/$1.cu -Lbuild -ltigon -Xlinker -rpath="$PWD/build" ;;
     gemv_splits) nvcc $flags -DTIGON_WITH_CUDA -o build/$1 bench/micro/$1.cu -lcublas ;;
     moe_gemm_tiles) nvcc $flags -DTIGON_WITH_CUDA -DTIGON_CUDA_ARCHS_STRING=\"90a\" -I"$cutlass/include" -o build/$1 bench/micro/$1.cu src/common/device.cpp ;;
+    attention_bwd) nvcc $flags -DTIGON_WITH_CUDA -DTIGON_CUDA_ARCHS_STRING=\"90a\" -I"$cutlass/include" -o build/$1 bench/micro/$1.cu \
+      src/attention/attention_bwd_cuda*.cu src/attention/attention_bwd_sm90_hdim*.cu src/common/device.cpp src/common/tensor.cpp ;;
     *) echo "micro.sh: no recipe for $1" >&2; return 1 ;;
   esac
 }

@@ -56,7 +56,8 @@ bool fits_sm90_kernel(const BwdProblem& pr) {
   };
   return vec16(pr.q, rows_q, s.heads_q) && vec16(pr.dout, rows_q, s.heads_q) && vec16(pr.o, rows_q, s.heads_q) &&
          vec16(pr.k, rows_k, s.heads_kv) && vec16(pr.v, rows_k, s.heads_kv) && pairs(pr.dq) && pairs(pr.dk) &&
-         pairs(pr.dv) && rows_q <= INT_MAX && rows_k <= INT_MAX;
+         pairs(pr.dv) && rows_q <= INT_MAX && rows_k <= INT_MAX &&
+         (s.seqlen_k + 127) / 128 * s.heads_kv * s.batch <= INT_MAX;  // one CTA per key tile at most: grid x
 }
 
 // The other kernels' workspace: lse in base 2, then delta, each this many bytes.
@@ -64,7 +65,7 @@ size_t stats_bytes(const Shape& s) { return align_up(size_t(stat_rows(s)) * size
 
 }  // namespace
 
-size_t bwd_cuda_workspace_bytes(const Shape& s, bool /*deterministic: one kernel order serves both*/, int /*device*/) {
+size_t bwd_cuda_workspace_bytes(const Shape& s, bool /*deterministic: the same workspace either way*/, int /*device*/) {
   const size_t other = 2 * stats_bytes(s);
   return has_sm90_kernel(s) ? std::max(other, sm90::bwd_workspace(s).bytes) : other;
 }

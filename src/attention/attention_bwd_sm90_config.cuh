@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "attention/attention_bwd_sm90_order.h"
 #include "attention/attention_fwd_sm90_config.cuh"
 
 namespace tigon::attention::sm90 {
@@ -21,7 +22,8 @@ using namespace cute;
 //   P^T = exp2(S^T log2e scale - lse), dS^T = P^T (dP^T - delta)          (registers, fp32)
 //   dV += P^T dO and dK += dS^T Q          (A from registers: P and dS never leave the warpgroup)
 //   dQ  = dS K                             (dS through shared memory; each warpgroup half of the head dim)
-// dQ goes to an fp32 accumulator in global memory, added in a fixed order per query tile (the order's header).
+// dQ goes to an fp32 accumulator in global memory, added in a fixed order per query tile (the order's header) or,
+// unordered, as the tiles come.
 template <class Element_, int kHeadDim_>
 struct BwdConfig {
   using Element = Element_;
@@ -32,8 +34,8 @@ struct BwdConfig {
   static constexpr int kBlockM = 64;               // query rows per step
   static constexpr int kBlockN = 64 * kConsumers;  // keys per CTA
   static constexpr int kStages = 2;
-  // The producer warpgroup: warp 0 issues the loads, warp 1 writes dq; 24 * 128 + 240 * 256 is the 168 per thread
-  // of 384 threads at launch (with 32 the consumers' setmaxnreg waits forever for registers nobody frees).
+  // The producer warpgroup: warp 0 issues the loads, warps 1 and 2 write dq; 24 * 128 + 240 * 256 is the 168 per
+  // thread of 384 threads at launch (with 32 the consumers' setmaxnreg waits forever for registers nobody frees).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
 
@@ -96,7 +98,7 @@ struct BwdConfig {
     array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     array_aligned<Element, cosize_v<SmemLayoutDS>, 1024> ds;
-    array_aligned<float, kDQFloats, 128> dq;  // in the consumers' register order (dq accumulator's layout)
+    array_aligned<float, 2 * kDQFloats, 128> dq;  // two buffers, in the consumers' register order (dq's layout)
     array_aligned<float, kBlockM * kStages, 16> lse;
     array_aligned<float, kBlockM * kStages, 16> delta;
     typename PipelineQ::SharedStorage pipe_q;
@@ -115,7 +117,8 @@ struct BwdConfig {
 // Everything the kernels read besides shared memory. The workspace holds, per query head, in padded query tiles
 // (sequence b's tile m is tile tile_base(b) + m; a sequence's tiles never overlap the next one's):
 //   lse_log2, delta: kBlockM floats a tile; dq_accum: kBlockM * head_dim floats a tile (in the register order of
-//   the consumers' dq accumulator); semaphores: one int a tile, the number of key tiles that have added to it.
+//   the consumers' dq accumulator); semaphores: one int a tile, the number of key tiles that have added to it
+//   (ordered accumulation only).
 template <class Config>
 struct BwdParams {
   using Element = typename Config::Element;
@@ -145,7 +148,7 @@ struct BwdParams {
   int total_q = 0;
   int batch = 0, heads_q = 0, heads_kv = 0, group = 1;
   int n_blocks = 0;  // key tiles of the longest sequence
-  bool rotate = false;
+  BwdItems items{};  // the work items and their order (attention_bwd_sm90_order.h)
 
   float scale = 1.f;       // softmax scale
   float tanh_scale = 0.f;  // scale / softcap, 0 without a softcap

@@ -1,11 +1,13 @@
-// Hopper backward kernels (sm_90a): the preprocess (delta = dout . o, lse in base 2, the dq semaphores reset), the
-// main kernel (one CTA per key tile, attention_bwd_sm90_config.cuh says what it computes) and the dq conversion
-// (fp32 accumulator to the output dtype, scaled).
+// Hopper backward kernels (sm_90a): the preprocess (delta = dout . o, lse in base 2, the dq semaphores reset, and
+// for unordered accumulation the dq accumulator zeroed), the main kernel (one CTA per key tile,
+// attention_bwd_sm90_config.cuh says what it computes) and the dq conversion (fp32 accumulator to the output dtype,
+// scaled).
 //
 // Main kernel roles: warp 0 of the producer warpgroup loads K and V once, then Q, dO, lse and delta of each query
-// tile through a two-stage TMA pipeline; warp 1 adds each step's dq tile to the accumulator in global memory (a bulk
-// store for the first contribution, a bulk reduce-add for the others, in the order attention_bwd_sm90_order.h
-// fixes); two consumer warpgroups do the matrix products and the element-wise math.
+// tile through a two-stage TMA pipeline; warps 1 and 2 (every other step each) add each step's dq tile to the
+// accumulator in global memory (ordered: a bulk store for the first contribution, a bulk reduce-add for the others,
+// in the order attention_bwd_sm90_order.h fixes; unordered: a bulk reduce-add into the zeroed accumulator); two
+// consumer warpgroups do the matrix products and the element-wise math.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -40,7 +42,7 @@ CUTE_DEVICE SeqExtent seq_extent(BwdParams<C> const& p, int batch) {
 template <class C>
 CUTE_DEVICE BandTiles band_tiles(BwdParams<C> const& p, SeqExtent const& e) {
   return BandTiles{e.len_q,        e.len_k,    e.len_k - e.len_q, p.window_left,
-                   p.window_right, C::kBlockM, C::kBlockN,        p.rotate};
+                   p.window_right, C::kBlockM, C::kBlockN,        p.items.rotate};
 }
 
 // ---- preprocess: one CTA per (query tile, query head, sequence), four threads a row --------------------------------
@@ -54,6 +56,10 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(CUTE_GRID_CONSTANT 
   if (m * C::kBlockM >= e.len_q) return;
   const int64_t tile = int64_t(head) * p.tiles_per_head + e.tile_base + m;
   if (threadIdx.x == 0) p.semaphores[tile] = 0;
+  if (!p.items.ordered) {  // every contribution adds to the accumulator
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + tile * C::kDQFloats);
+    for (int i = threadIdx.x; i < C::kDQFloats / 4; i += 256) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   const int r = threadIdx.x / 4, part = threadIdx.x % 4, row = m * C::kBlockM + r;
   constexpr int kPer = C::kHeadDim / 4, kVec = 16 / int(sizeof(Element));
   float acc = 0.f;
@@ -97,14 +103,14 @@ struct KeyTileWork {
   CUTE_DEVICE int m_at(int step) const { return BandTiles::walk(step, m_begin, m_lo, m_hi); }
 };
 
-// Block order: (key/value head, sequence) pairs one after the other, each pair's key tiles from the last down. A
-// CTA waits only for key tiles that come before it in this order (and, when rotating, for the pair's others, all
-// resident at once), and blocks start in order: no wait is ever on a CTA that has not started.
+// Item `item` of BwdItems' order. Ordered, a CTA waits only for items that come before its own (and, when
+// rotating, for its pair's others, all resident at once), and blocks start in order: no wait is ever on a CTA that
+// has not started.
 template <class C>
-CUTE_DEVICE KeyTileWork key_tile_work(BwdParams<C> const& p, int linear) {
+CUTE_DEVICE KeyTileWork key_tile_work(BwdParams<C> const& p, int64_t item) {
   KeyTileWork w;
-  const int pair = linear / p.n_blocks;
-  w.n = p.n_blocks - 1 - (linear - pair * p.n_blocks);
+  int pair;
+  p.items.at(item, pair, w.n);
   w.kv_head = pair % p.heads_kv;
   w.batch = pair / p.heads_kv;
   w.e = seq_extent(p, w.batch);
@@ -117,9 +123,10 @@ CUTE_DEVICE KeyTileWork key_tile_work(BwdParams<C> const& p, int linear) {
   return w;
 }
 
-// Named barriers (after CUTLASS's reserved ones and the forward's 0 and 1, unused here).
-enum : uint32_t { kBarDS = 2, kBarDQEmpty = 3, kBarDQFull = 4 };
-constexpr uint32_t kDQSync = 256 + 32;  // consumers and the dq warp
+// Named barriers (after CUTLASS's reserved ones and the forward's 0 and 1, unused here): dS written, and per dq
+// buffer b, kBarDQEmpty + b and kBarDQFull + b.
+enum : uint32_t { kBarDS = 2, kBarDQEmpty = 3, kBarDQFull = 5 };
+constexpr uint32_t kDQSync = 256 + 32;  // consumers and the buffer's dq warp
 
 template <class C>
 CUTE_DEVICE void bwd_produce(BwdParams<C> const& p, typename C::SharedStorage& ss, typename C::PipelineQ& pipe,
@@ -184,41 +191,50 @@ CUTE_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: 
 CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 CUTE_DEVICE void bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// The dq warp: each step's tile, once the consumers have put it in shared memory, joins the accumulator after the
-// contributions that come before it.
+// A dq warp: the tiles of every other step (those whose tile goes to dq buffer `buf`), each once the consumers have
+// put it in shared memory, join the accumulator (ordered: after the contributions that come before it). Two warps
+// take turns, so that one tile's wait for its turn and for its add to complete overlaps the next tile's.
 template <class C>
-CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& ss, KeyTileWork const& w, int lane) {
-  cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty);  // the buffer starts empty
+CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& ss, KeyTileWork const& w, int lane,
+                              int buf) {
+  const bool ordered = p.items.ordered;
+  float* const src = ss.dq.data() + buf * C::kDQFloats;
+  cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty + buf);  // the buffer starts empty
+  int iter = 0;
   for (int g = 0; g < p.group; ++g) {
     const int head = w.kv_head * p.group + g;
-    for (int step = 0; step < w.steps(); ++step) {
+    for (int step = 0; step < w.steps(); ++step, ++iter) {
+      if ((iter & 1) != buf) continue;
       const int m = w.m_at(step);
-      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQFull);
+      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQFull + buf);
       const int64_t tile = int64_t(head) * p.tiles_per_head + w.e.tile_base + m;
       int rank = 0;
       if (lane == 0) {
-        int lo, hi;
-        w.t.n_range(m, lo, hi);
-        rank = w.t.rank(m, w.n, lo, hi);
-        while (load_acquire(p.semaphores + tile) != rank) __nanosleep(32);
-        fence_proxy_async_global();  // the accumulator as the earlier contributions left it
+        if (ordered) {
+          int lo, hi;
+          w.t.n_range(m, lo, hi);
+          rank = w.t.rank(m, w.n, lo, hi);
+          while (load_acquire(p.semaphores + tile) != rank) __nanosleep(32);
+          fence_proxy_async_global();  // the accumulator as the earlier contributions left it
+        }
         float* dst = p.dq_accum + tile * C::kDQFloats;
-        if (rank == 0) {
-          SM90_BULK_COPY_S2G::copy(ss.dq.data(), dst, C::kDQFloats * sizeof(float));
+        if (ordered && rank == 0) {
+          SM90_BULK_COPY_S2G::copy(src, dst, C::kDQFloats * sizeof(float));
         } else {
-          bulk_reduce_add(dst, ss.dq.data(), C::kDQFloats * sizeof(float));
+          bulk_reduce_add(dst, src, C::kDQFloats * sizeof(float));
         }
         bulk_commit();
         bulk_wait_read();
       }
       __syncwarp();
-      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty);
-      if (lane == 0) {
+      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty + buf);
+      if (lane == 0 && ordered) {
         bulk_wait_done();
         fence_proxy_async_global();
         __threadfence();
         store_release(p.semaphores + tile, rank + 1);
       }
+      __syncwarp();
     }
   }
 }
@@ -284,61 +300,75 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
       pipe.consumer_wait(state);
       gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
       gemm<true>(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_dp);
 
-      // P^T and dS^T in place of S^T and dP^T. Rows past the sequence have lse +inf (probability 0); hidden keys
-      // are zeroed on the tiles that have any.
+      // P^T in place of S^T while dP^T = V dO^T still runs (without a softcap; with one, P^T and dS^T together
+      // below, as dS needs the capped score). Rows past the sequence have lse +inf (probability 0); hidden keys are
+      // zeroed on the tiles that have any.
       const float* lse = ss.lse.data() + stage * C::kBlockM;
       const float* delta = ss.delta.data() + stage * C::kBlockM;
       const bool masked = vis.block_needs_mask(row0, min(row0 + C::kBlockM, w.e.len_q) - 1, key0, C::kBlockN);
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) {
-        const int key = get<0>(cSt(i)), q = get<1>(cSt(i));
-        float x = acc_s(i), dcap = 1.f;
-        if (softcap) {
-          x = tanhf(x * p.tanh_scale);
-          dcap = 1.f - x * x;
-        }
-        float prob = cuda::exp2_fast(fmaf(x, p.score_log2, -lse[q]));
+      auto probability = [&](int i, float x) {
+        float prob = cuda::exp2_fast(fmaf(x, p.score_log2, -lse[get<1>(cSt(i))]));
         if (masked) {
-          const int j = key0 + key, row = row0 + q;
+          const int j = key0 + get<0>(cSt(i)), row = row0 + get<1>(cSt(i));
           if (j < vis.first_key(row) || j >= vis.end_key(row)) prob = 0.f;
         }
-        acc_s(i) = prob;
-        acc_dp(i) = prob * (acc_dp(i) - delta[q]) * dcap;
+        return prob;
+      };
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(acc_s);
+      if (!softcap) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) = probability(i, acc_s(i));
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      warpgroup_fence_operand(acc_dp);
+      if (softcap) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) {
+          const float x = tanhf(acc_s(i) * p.tanh_scale);
+          acc_s(i) = probability(i, x);
+          acc_dp(i) = acc_s(i) * (acc_dp(i) - delta[get<1>(cSt(i))]) * (1.f - x * x);
+        }
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) acc_dp(i) = acc_s(i) * (acc_dp(i) - delta[get<1>(cSt(i))]);
       }
       convert_into(acc_s, rP);
       convert_into(acc_dp, rdS);
 
+      // dV += P^T dO, then dQ = dS K once both warpgroups' dS is in shared memory, then dK += dS^T Q, which still
+      // runs while this step's dq tile goes to shared memory.
       warpgroup_fence_operand(rP);
       gemm<false>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
-      warpgroup_fence_operand(rdS);
-      gemm<false>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
       copy(rdS, tSsdSt(_, _, _, buf));
       cutlass::arch::fence_view_async_shared();  // dS as wgmma will read it
       cutlass::arch::NamedBarrier::sync(256, kBarDS);
-
       Tensor acc_dq = partition_fragment_C(mma_dq, typename C::TileDQ{});
       gemm<true>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, acc_dq);
-      warpgroup_wait<0>();
+      warpgroup_fence_operand(rdS);
+      gemm<false>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
+      warpgroup_wait<1>();
       warpgroup_fence_operand(acc_dv);
-      warpgroup_fence_operand(acc_dk);
       warpgroup_fence_operand(acc_dq);
-      pipe.consumer_release(state);
-      ++state;
 
-      // This step's dq tile to shared memory in register order (float4 i of thread t at 4 (i * 256 + t)), for the
-      // dq warp's bulk add.
-      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQEmpty);
+      // This step's dq tile to dq buffer `buf` in register order (float4 i of thread t at 4 (i * 256 + t)), for
+      // that buffer's dq warp.
+      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQEmpty + buf);
+      float4* dq_smem = reinterpret_cast<float4*>(ss.dq.data() + buf * C::kDQFloats);
       static_assert(decltype(size(acc_dq))::value % 4 == 0);
       CUTE_UNROLL
       for (int v = 0; v < size(acc_dq) / 4; ++v)
-        reinterpret_cast<float4*>(ss.dq.data())[v * 256 + tid] =
-            make_float4(acc_dq(4 * v), acc_dq(4 * v + 1), acc_dq(4 * v + 2), acc_dq(4 * v + 3));
+        dq_smem[v * 256 + tid] = make_float4(acc_dq(4 * v), acc_dq(4 * v + 1), acc_dq(4 * v + 2), acc_dq(4 * v + 3));
       cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQFull);
+      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQFull + buf);
+
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dk);
+      warpgroup_fence_operand(rdS);
+      pipe.consumer_release(state);
+      ++state;
     }
   }
 
@@ -371,7 +401,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) bwd_main_kernel(CUTE_GRID_CONS
 #if defined(CUTLASS_ARCH_MMA_SM90A_ENABLED)
   extern __shared__ char smem[];
   auto& ss = *reinterpret_cast<typename C::SharedStorage*>(smem);
-  const KeyTileWork w = key_tile_work(p, int(blockIdx.x));
+  const KeyTileWork w = key_tile_work(p, blockIdx.x);
   if (w.n >= w.t.n_tiles()) return;  // variable length: past this sequence's keys
 
   const int warp_group = cutlass::canonical_warp_group_idx();
@@ -394,7 +424,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) bwd_main_kernel(CUTE_GRID_CONS
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
     const int warp = threadIdx.x / 32;
     if (warp == 0 && threadIdx.x == 0) bwd_produce(p, ss, pipe, w);
-    if (warp == 1) bwd_write_dq(p, ss, w, threadIdx.x % 32);
+    if (warp == 1 || warp == 2) bwd_write_dq(p, ss, w, threadIdx.x % 32, warp - 1);
   } else {
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
     bwd_consume(p, ss, pipe, w, int(threadIdx.x) - 128);

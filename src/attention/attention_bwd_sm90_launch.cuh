@@ -1,5 +1,5 @@
-// Hopper backward kernel: workspace layout, TMA descriptors, parameters and the three launches, per element type and
-// head dim.
+// Hopper backward kernel: workspace layout, TMA descriptors, parameters, the work items' order and the three
+// launches, per element type and head dim.
 #pragma once
 
 #include <cutlass/numeric_types.h>
@@ -79,11 +79,14 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   p.window_right = window(s.window_right);
 
   // Rotated walks (attention_bwd_sm90_order.h) spread the key tiles of an unbounded-right mask over different query
-  // tiles at any moment; a CTA then waits for key tiles launched after it, so all of a pair's must fit on the GPU.
+  // tiles at any moment (fewer CTAs adding to one dq tile at once). Ordered, a CTA then waits for key tiles launched
+  // after it, so all of a pair's must fit on the GPU; unordered, nothing waits.
   int device = 0, sms = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  p.rotate = p.window_right < 0 && p.n_blocks <= sms;
+  const bool ordered = pr.deterministic;
+  p.items =
+      BwdItems{p.n_blocks, int(s.heads_kv * s.batch), ordered, p.window_right < 0 && (!ordered || p.n_blocks <= sms)};
 
   const int m_tiles = int((s.seqlen_q + C::kBlockM - 1) / C::kBlockM);
   const dim3 per_q_tile(unsigned(m_tiles), unsigned(s.heads_q), unsigned(s.batch));
@@ -95,7 +98,7 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
     const int smem = int(sizeof(typename C::SharedStorage));
     auto kernel = bwd_main_kernel<C>;
     TIGON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<unsigned(int64_t(p.n_blocks) * s.heads_kv * s.batch), C::kThreads, smem, stream>>>(p);
+    kernel<<<unsigned(p.items.count()), C::kThreads, smem, stream>>>(p);
     TIGON_CUDA_CHECK_LAUNCH();
   }
   if (m_tiles > 0) {

@@ -133,6 +133,29 @@ struct BandTiles {
   }
 };
 
+// The backward's work items, one CTA each, per (key tile, key/value head, sequence), in block order (blocks start
+// in this order):
+//   ordered (deterministic dq): (key/value head, sequence) pairs one after the other, each pair's key tiles from the
+//     last down, so that a CTA waits only for CTAs that started before it (and, when rotating, for the rest of its
+//     pair, all resident at once);
+//   unordered (dq added in any order): nothing waits; key tile 0 of every pair first, then key tile 1, ... (causal
+//     walks are longest for the first key tiles, so the longest items start first and the last wave is short ones).
+struct BwdItems {
+  int n_blocks, pairs;
+  bool ordered, rotate;
+
+  TIGON_HD int64_t count() const { return int64_t(n_blocks) * pairs; }
+  TIGON_HD void at(int64_t item, int& pair, int& n) const {
+    if (ordered) {
+      pair = int(item / n_blocks);
+      n = n_blocks - 1 - int(item - int64_t(pair) * n_blocks);
+    } else {
+      n = int(item / pairs);
+      pair = int(item - int64_t(n) * pairs);
+    }
+  }
+};
+
 }  // namespace tigon::attention::sm90
 
 #undef TIGON_HD

@@ -1,7 +1,7 @@
 // The Hopper attention backward's tile order (src/attention/attention_bwd_sm90_order.h), checked on the CPU against
 // brute force: the tile ranges are exactly the meeting pairs, each query tile's dq contributions get ranks 0..k-1,
-// and a schedule of CTAs started in block order (a few resident at a time) always finishes: no wait is ever on a CTA
-// that cannot run.
+// a schedule of CTAs started in block order (a few resident at a time) always finishes: no wait is ever on a CTA
+// that cannot run; and the work items cover every (pair, key tile) once, in the order each mode needs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 namespace {
 
 using tigon::attention::sm90::BandTiles;
+using tigon::attention::sm90::BwdItems;
 
 std::vector<BandTiles> cases() {
   std::vector<BandTiles> out;
@@ -112,6 +113,36 @@ TEST(AttentionBwdOrder, CTAsStartedInBlockOrderAlwaysFinish) {
     for (int slots : t.rotate ? std::vector<int>{std::max(1, t.n_tiles())} : std::vector<int>{1, 2, 3, 16})
       ASSERT_TRUE(schedule_finishes(t, slots))
           << "len " << t.len_q << "/" << t.len_k << " left " << t.left << " right " << t.right << " slots " << slots;
+  }
+}
+
+TEST(AttentionBwdOrder, ItemsCoverEveryKeyTileOnceInTheirModesOrder) {
+  for (bool ordered : {true, false}) {
+    for (int n_blocks : {1, 3, 32}) {
+      for (int pairs : {1, 5, 64}) {
+        const BwdItems items{n_blocks, pairs, ordered, false};
+        ASSERT_EQ(items.count(), int64_t(n_blocks) * pairs);
+        std::vector<int> seen(size_t(n_blocks) * pairs, 0);
+        std::vector<int> last_n(pairs, -1);
+        int last_pair = -1, prev_n = -1;
+        for (int64_t item = 0; item < items.count(); ++item) {
+          int pair = -1, n = -1;
+          items.at(item, pair, n);
+          ASSERT_TRUE(pair >= 0 && pair < pairs && n >= 0 && n < n_blocks);
+          ++seen[size_t(pair) * n_blocks + n];
+          if (ordered) {  // pairs one after the other, each from its last key tile down (the waits' order)
+            ASSERT_GE(pair, last_pair);
+            if (pair == last_pair) ASSERT_EQ(n, prev_n - 1);
+            if (pair != last_pair) ASSERT_EQ(n, n_blocks - 1);
+          } else {  // key tile 0 of every pair first (the longest causal walks start first)
+            ASSERT_GE(n, prev_n);
+            ASSERT_GT(n, last_n[pair]);
+          }
+          last_pair = pair, prev_n = n, last_n[pair] = n;
+        }
+        for (int c : seen) ASSERT_EQ(c, 1);
+      }
+    }
   }
 }
 
