@@ -11,6 +11,7 @@
 // Without it the kernels compile to exactly the plain RMSNorm's.
 #pragma once
 
+#include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
 #include "tigon/rms_norm.h"
@@ -104,6 +105,10 @@ template <class TX, class TW, class TY, int NV, bool kAdd>
 __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ float red[32];
+  // Launched as a programmatic dependent (decode steps chain these kernels): the kernel ahead's writes first; the
+  // next kernel may start its own prologue meanwhile.
+  cuda::grid_dependency_wait();
+  cuda::allow_dependents();
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t row = g * blockDim.y + threadIdx.y;
@@ -150,6 +155,10 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
 template <class TX, class TW, class TY, int V, bool kAdd>
 __global__ void __launch_bounds__(1024) fwd_uncached(FwdArgs a) {
   __shared__ float red[32];
+  // Launched as a programmatic dependent (decode steps chain these kernels): the kernel ahead's writes first; the
+  // next kernel may start its own prologue meanwhile.
+  cuda::grid_dependency_wait();
+  cuda::allow_dependents();
   const int64_t step = int64_t(blockDim.x) * V;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;

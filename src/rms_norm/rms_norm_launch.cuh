@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/cluster_launch.h"
 #include "common/cuda_check.h"
 #include "common/occupancy.h"
 #include "common/row_plan.h"
@@ -13,17 +14,18 @@ namespace tigon::rms_norm {
 using cuda::resident_blocks;
 using Plan = row_plan::Plan;
 
-// kAdd: the fused residual add (rms_norm_kernels.cuh).
+// kAdd: the fused residual add (rms_norm_kernels.cuh). The forward launches as a programmatic dependent of the kernel
+// before it (the kernels wait for it first), so a decode step's chain of small kernels overlaps their launches.
 template <class TX, class TW, class TY, bool kAdd>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
+  const dim3 grid(p.grid);
   if (p.cached)
-    kern::fwd_cached<TX, TW, TY, 4, kAdd><<<p.grid, p.block, 0, stream>>>(a);
+    cuda::launch_pdl(grid, p.block, 0, stream, kern::fwd_cached<TX, TW, TY, 4, kAdd>, a);
   else if (p.vec)
-    kern::fwd_uncached<TX, TW, TY, V, kAdd><<<p.grid, p.block, 0, stream>>>(a);
+    cuda::launch_pdl(grid, p.block, 0, stream, kern::fwd_uncached<TX, TW, TY, V, kAdd>, a);
   else
-    kern::fwd_uncached<TX, TW, TY, 1, kAdd><<<p.grid, p.block, 0, stream>>>(a);
-  TIGON_CUDA_CHECK_LAUNCH();
+    cuda::launch_pdl(grid, p.block, 0, stream, kern::fwd_uncached<TX, TW, TY, 1, kAdd>, a);
 }
 
 // Returns the number of dw partial rows written (blocks launched x rows per block).

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "common/cluster_launch.h"
 #include "common/cuda_check.h"
 #include "common/cuda_types.cuh"
 #include "common/device.h"
@@ -59,11 +60,13 @@ void launch(kern::Args a, const Problem& p, cudaStream_t stream) {
   a.head_split = std::clamp<int64_t>((want + items - 1) / items, 1, std::max<int64_t>(heads, 1));
   const int64_t blocks = (items * a.head_split + kThreads - 1) / kThreads;
   const unsigned grid = unsigned(std::min<int64_t>(blocks, INT_MAX));
+  // A programmatic dependent of the kernel before it (rope waits for it first).
   if (p.backward)
-    kern::rope<T, TC, V, PV, INTERLEAVED, true, kHeadsInFlight><<<grid, kThreads, 0, stream>>>(a);
+    cuda::launch_pdl(dim3(grid), dim3(kThreads), 0, stream, kern::rope<T, TC, V, PV, INTERLEAVED, true, kHeadsInFlight>,
+                     a);
   else
-    kern::rope<T, TC, V, PV, INTERLEAVED, false, kHeadsInFlight><<<grid, kThreads, 0, stream>>>(a);
-  TIGON_CUDA_CHECK_LAUNCH();
+    cuda::launch_pdl(dim3(grid), dim3(kThreads), 0, stream,
+                     kern::rope<T, TC, V, PV, INTERLEAVED, false, kHeadsInFlight>, a);
 }
 
 template <class T, class TC>

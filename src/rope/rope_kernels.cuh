@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 
 namespace tigon::rope::kern {
@@ -152,6 +153,10 @@ __device__ __forceinline__ void copy_heads(const Part& p, int64_t b, int64_t t, 
 // BWD is a template argument: as a runtime flag its select kept 16 more floats live.
 template <class T, class TC, int V, int PV, bool INTERLEAVED, bool BWD, int HEADS>
 __global__ void __launch_bounds__(256) rope(Args a) {
+  // Launched as a programmatic dependent (decode steps chain these kernels): the kernel ahead's writes first; the
+  // next kernel may start its own prologue meanwhile.
+  cuda::grid_dependency_wait();
+  cuda::allow_dependents();
   // One work item per thread, no grid-stride loop: a loop would keep every parameter of both parts in registers.
   const int units = a.rot_units + a.pass_units;
   const int64_t items = a.batch * a.seq * units;

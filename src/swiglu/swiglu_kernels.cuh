@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "common/activation_math.cuh"
+#include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "tigon/swiglu.h"
 
@@ -54,6 +55,10 @@ __device__ __forceinline__ float act_bwd(float x, float dy) {
 
 template <class T, int Act, int V>
 __global__ void glu_fwd(FwdArgs p) {
+  // Launched as a programmatic dependent (decode steps chain these kernels): the kernel ahead's writes first; the
+  // next kernel may start its own prologue meanwhile.
+  cuda::grid_dependency_wait();
+  cuda::allow_dependents();
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (col >= p.cols) return;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y;

@@ -1,18 +1,20 @@
 // Typed launchers: the activation becomes a template argument here. Included by swiglu_cuda.cu only.
 #pragma once
 
+#include "common/cluster_launch.h"
 #include "common/cuda_check.h"
 #include "swiglu/swiglu_kernels.cuh"
 #include "swiglu/swiglu_launch.h"
 
 namespace tigon::swiglu {
 
+// The forward launches as a programmatic dependent of the kernel before it (glu_fwd waits for it first).
 template <class T, int Act>
 void launch_fwd_act(const FwdArgs& a, const Launch& l, cudaStream_t stream) {
   if (l.vec)
-    kern::glu_fwd<T, Act, 16 / sizeof(T)><<<l.grid, l.block, 0, stream>>>(a);
+    cuda::launch_pdl(l.grid, l.block, 0, stream, kern::glu_fwd<T, Act, 16 / sizeof(T)>, a);
   else
-    kern::glu_fwd<T, Act, 1><<<l.grid, l.block, 0, stream>>>(a);
+    cuda::launch_pdl(l.grid, l.block, 0, stream, kern::glu_fwd<T, Act, 1>, a);
 }
 
 template <class T, int Act>
