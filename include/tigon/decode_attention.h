@@ -26,6 +26,14 @@
  * more pass merges them by their lse in a fixed order (the same bits on every run).
  * tigon_decode_attention_workspace_size reports the bytes (0 on the CPU).
  * Aliasing: out and lse may not overlap an input or each other.
+ *
+ * Appending to the cache: tigon_decode_attention_append writes the tq new tokens' keys and values where the attention
+ * expects them, reading the positions on the device: k_cache[b, L_b - tq + t] = k_new[b, t] (and v likewise) for
+ * t < tq, with L_b = cache_seqlens[b] (the same tensor the attention call takes). k_new and v_new are [batch, tq,
+ * heads_kv, head_dim] like the caches' rows (any strides, last 1), in the caches' dtype (bf16, fp16 or fp32 on either
+ * device). Positions outside [0, s_max) are not written; on the CPU L_b must lie in [0, s_max], as for the attention.
+ * One kernel for both caches, launched as a programmatic dependent of the kernel before it (a decode step's RoPE), so
+ * a CUDA graph of the step replays it with the positions of the moment. k_new and v_new may not overlap the caches.
  */
 #ifndef TIGON_DECODE_ATTENTION_H_
 #define TIGON_DECODE_ATTENTION_H_
@@ -53,6 +61,12 @@ TIGON_API tigon_status_t tigon_decode_attention(const tigon_tensor* q, const tig
                                                 const tigon_tensor* cache_starts, const tigon_tensor* out,
                                                 const tigon_tensor* lse, tigon_decode_attention_params params,
                                                 void* workspace, size_t workspace_bytes, void* stream);
+
+/* Writes k_new and v_new into k_cache and v_cache at positions cache_seqlens[b] - tq + t (see above). stream: a
+ * cudaStream_t, ignored on the CPU. */
+TIGON_API tigon_status_t tigon_decode_attention_append(const tigon_tensor* k_new, const tigon_tensor* v_new,
+                                                       const tigon_tensor* k_cache, const tigon_tensor* v_cache,
+                                                       const tigon_tensor* cache_seqlens, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

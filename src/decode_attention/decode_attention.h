@@ -32,11 +32,21 @@ struct Problem {
   float* lse = nullptr;              // [batch, heads_q, tq] or nullptr
 };
 
+// New keys and values [batch, tq, heads_kv, head_dim] into the caches at positions seqlens[b] - tq + t.
+struct AppendProblem {
+  DType dtype = DType::kBFloat16;
+  int64_t batch = 0, tq = 0, s_max = 0, heads = 0, head_dim = 0;
+  Tensor4 k_new, v_new, k, v;
+  const int32_t* seqlens = nullptr;  // [batch], device memory on CUDA
+};
+
 // CPU reference (decode_attention_ref.cpp): plain loops, fp64 accumulation, one rounding per output element.
 void run_cpu(const Problem& p);
+void append_cpu(const AppendProblem& p);
 
 // CUDA path. The workspace depends on the shape and the device only.
 size_t cuda_workspace_bytes(const Shape& s, int device);
 void run_cuda(const Problem& p, void* workspace, size_t workspace_bytes, void* stream);
+void append_cuda(const AppendProblem& p, void* stream);
 
 }  // namespace tigon::decode_attention

@@ -134,6 +134,40 @@ float* check_lse(const tigon_tensor* in, const View& q) {
   return static_cast<float*>(as_vector(t, "lse", numel(t)));
 }
 
+// The append's inputs: new rows and caches of one dtype on one device, [batch, tq | s_max, heads_kv, head_dim].
+AppendProblem build_append(const tigon_tensor* k_new, const tigon_tensor* v_new, const tigon_tensor* k_cache,
+                           const tigon_tensor* v_cache) {
+  const View kn = as_view(k_new, "k_new", "[batch, tq, heads_kv, head_dim]");
+  const View vn = as_view(v_new, "v_new", "[batch, tq, heads_kv, head_dim]");
+  const View kc = as_view(k_cache, "k_cache", "[batch, s_max, heads_kv, head_dim]");
+  const View vc = as_view(v_cache, "v_cache", "[batch, s_max, heads_kv, head_dim]");
+  check_dtype_in(kc.dtype, "k_cache", {DType::kBFloat16, DType::kFloat16, DType::kFloat32});
+  for (const View* v : {&kn, &vn, &vc}) {
+    check_same_device(*kc.t, "k_cache", *v->t, v->name);
+    check_dtype_in(v->dtype, v->name, {kc.dtype});
+  }
+  if (!std::equal(vc.t->shape, vc.t->shape + 4, kc.t->shape))
+    fail_arg("v_cache", "must have k_cache's shape ", shape_string(*kc.t), ", got ", shape_string(*vc.t));
+  if (kn.batch != kc.batch || kn.heads != kc.heads || kn.dim != kc.dim)
+    fail_arg("k_new", "must be [batch, tq, heads_kv, head_dim] with k_cache's batch ", kc.batch, ", heads_kv ",
+             kc.heads, " and head_dim ", kc.dim, ", got shape ", shape_string(*kn.t));
+  if (!std::equal(vn.t->shape, vn.t->shape + 4, kn.t->shape))
+    fail_arg("v_new", "must have k_new's shape ", shape_string(*kn.t), ", got ", shape_string(*vn.t));
+  if (is_cuda(*kc.t) && kc.seq > INT32_MAX) fail_arg("k_cache", "s_max must fit in int32 on CUDA, got ", kc.seq);
+  AppendProblem p;
+  p.dtype = kc.dtype;
+  p.batch = kc.batch;
+  p.tq = kn.seq;
+  p.s_max = kc.seq;
+  p.heads = kc.heads;
+  p.head_dim = kc.dim;
+  p.k_new = kn.t4;
+  p.v_new = vn.t4;
+  p.k = kc.t4;
+  p.v = vc.t4;
+  return p;
+}
+
 }  // namespace
 }  // namespace tigon::decode_attention
 
@@ -195,6 +229,34 @@ tigon_status_t tigon_decode_attention(const tigon_tensor* q, const tigon_tensor*
     } else {
       (void)workspace, (void)workspace_bytes, (void)stream;
       run_cpu(p);
+    }
+  });
+}
+
+tigon_status_t tigon_decode_attention_append(const tigon_tensor* k_new, const tigon_tensor* v_new,
+                                             const tigon_tensor* k_cache, const tigon_tensor* v_cache,
+                                             const tigon_tensor* cache_seqlens, void* stream) {
+  return api_guard("tigon_decode_attention_append", [&] {
+    AppendProblem p = build_append(k_new, v_new, k_cache, v_cache);
+    const int64_t s_max = p.s_max;
+    const tigon_tensor& seqlens = require(cache_seqlens, "cache_seqlens");
+    check_same_device(*k_cache, "k_cache", seqlens, "cache_seqlens");
+    check_dtype_in(dtype_of(seqlens, "cache_seqlens"), "cache_seqlens", {DType::kInt32});
+    if (seqlens.ndim != 1 || seqlens.shape[0] != p.batch)
+      fail_arg("cache_seqlens", "must be 1-D [batch] = [", p.batch, "], got shape ", shape_string(seqlens));
+    p.seqlens = static_cast<const int32_t*>(as_vector(seqlens, "cache_seqlens", p.batch));
+    if (!is_cuda(seqlens))
+      for (int64_t b = 0; b < p.batch; ++b)
+        if (p.seqlens[b] < 0 || p.seqlens[b] > s_max)
+          fail_arg("cache_seqlens", "entry ", b, " is ", p.seqlens[b], ", outside [0, s_max = ", s_max, "]");
+    const Span inputs[] = {{"k_new", k_new}, {"v_new", v_new}, {"cache_seqlens", cache_seqlens}};
+    check_no_overlap({{"k_cache", k_cache}, {"v_cache", v_cache}}, inputs);
+    if (p.batch == 0 || p.tq == 0 || p.heads == 0 || p.head_dim == 0) return;
+    if (is_cuda(seqlens)) {
+      TIGON_ON_CUDA(seqlens, append_cuda(p, stream));
+    } else {
+      (void)stream;
+      append_cpu(p);
     }
   });
 }

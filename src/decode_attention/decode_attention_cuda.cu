@@ -1,8 +1,10 @@
 // Decode attention CUDA path: the plan (tensor-core or CUDA-core kernel, query rows per unit, cache chunks), dtype
-// and head-dim dispatch, combine. The tensor-core kernel and the combine launch as programmatic dependents of the
-// kernel before them: each is resident and waiting when the one ahead ends, instead of launching then.
+// and head-dim dispatch, combine; and the cache append. The tensor-core kernel, the combine and the append launch as
+// programmatic dependents of the kernel before them: each is resident and waiting when the one ahead ends, instead of
+// launching then.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cluster_launch.h"
 #include "common/cuda_check.h"
@@ -103,7 +105,61 @@ void launch(const kern::Args& a, const Plan& p, int64_t head_dim, int device, cu
   }
 }
 
+// The cache append: thread i copies kBytes of one head row of k_new and of v_new (rows in (sequence, token, head)
+// order) to the row's cache position, read here on the device.
+template <int kBytes>
+__global__ void __launch_bounds__(256) append_kernel(AppendProblem p, int64_t units_per_row, int elt) {
+  cuda::grid_dependency_wait();  // the new rows are the kernel ahead's output (a decode step's RoPE)
+  cuda::allow_dependents();
+  using U = std::conditional_t<kBytes == 16, uint4, std::conditional_t<kBytes == 4, uint32_t, uint16_t>>;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.batch * p.tq * p.heads * units_per_row) return;
+  int64_t r = i / units_per_row;
+  const int64_t e = (i - r * units_per_row) * (kBytes / elt);  // first element of the row
+  const int64_t h = r % p.heads;
+  r /= p.heads;
+  const int64_t t = r % p.tq, b = r / p.tq;
+  const int64_t pos = int64_t(p.seqlens[b]) - p.tq + t;
+  if (pos < 0 || pos >= p.s_max) return;
+  auto at = [&](const Tensor4& x, int64_t s) {
+    return static_cast<char*>(x.data) + (b * x.batch_stride + s * x.seq_stride + h * x.head_stride + e) * elt;
+  };
+  *reinterpret_cast<U*>(at(p.k, pos)) = *reinterpret_cast<const U*>(at(p.k_new, t));
+  *reinterpret_cast<U*>(at(p.v, pos)) = *reinterpret_cast<const U*>(at(p.v_new, t));
+}
+
+// 16-byte copies where every row start is 16-byte aligned (data and each stride of a dimension longer than 1).
+bool rows_aligned16(const AppendProblem& p) {
+  const int elt = dtype_bytes(p.dtype);
+  if (p.head_dim * elt % 16 != 0) return false;
+  const int64_t extents[3] = {p.batch, 0, p.heads};
+  for (const Tensor4* x : {&p.k_new, &p.v_new, &p.k, &p.v}) {
+    if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0) return false;
+    const int64_t seq = x == &p.k || x == &p.v ? p.s_max : p.tq;
+    const int64_t strides[3] = {x->batch_stride, x->seq_stride, x->head_stride};
+    for (int d = 0; d < 3; ++d)
+      if ((d == 1 ? seq : extents[d]) > 1 && strides[d] * elt % 16 != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+void append_cuda(const AppendProblem& p, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  const int elt = dtype_bytes(p.dtype);
+  const bool vec = rows_aligned16(p);
+  const int64_t units_per_row = vec ? p.head_dim * elt / 16 : p.head_dim;
+  const int64_t blocks = ceil_div(p.batch * p.tq * p.heads * units_per_row, 256);
+  if (blocks > INT32_MAX) fail_arg("k_new", "too many rows for one CUDA launch: ", p.batch * p.tq * p.heads);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(256);
+  if (vec)
+    cuda::launch_pdl(grid, block, 0, stream, append_kernel<16>, p, units_per_row, elt);
+  else if (elt == 4)
+    cuda::launch_pdl(grid, block, 0, stream, append_kernel<4>, p, units_per_row, elt);
+  else
+    cuda::launch_pdl(grid, block, 0, stream, append_kernel<2>, p, units_per_row, elt);
+}
 
 size_t cuda_workspace_bytes(const Shape& s, int device) {
   if (s.batch == 0 || s.tq == 0) return 0;

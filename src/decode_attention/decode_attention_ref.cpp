@@ -1,7 +1,8 @@
 // Decode attention CPU reference. Written to be read: one query token and head at a time, scores and sums in fp64,
-// each output element rounded once to its dtype.
+// each output element rounded once to its dtype; and the cache append, row by row.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -60,6 +61,23 @@ void run_cpu(const Problem& p) {
       }
     }
   }
+}
+
+void append_cpu(const AppendProblem& p) {
+  const size_t row_bytes = size_t(p.head_dim) * size_t(dtype_bytes(p.dtype));
+  auto row = [&](const Tensor4& t, int64_t b, int64_t s, int64_t h) {
+    return static_cast<char*>(t.data) +
+           (b * t.batch_stride + s * t.seq_stride + h * t.head_stride) * dtype_bytes(p.dtype);
+  };
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t t = 0; t < p.tq; ++t) {
+      const int64_t pos = int64_t(p.seqlens[b]) - p.tq + t;
+      if (pos < 0 || pos >= p.s_max) continue;
+      for (int64_t h = 0; h < p.heads; ++h) {
+        std::memcpy(row(p.k, b, pos, h), row(p.k_new, b, t, h), row_bytes);
+        std::memcpy(row(p.v, b, pos, h), row(p.v_new, b, t, h), row_bytes);
+      }
+    }
 }
 
 }  // namespace tigon::decode_attention

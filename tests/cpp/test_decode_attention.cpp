@@ -1,5 +1,5 @@
 // Decode attention: the CPU reference (through the C API) against the naive materialised attention of each sequence,
-// and every bad argument named.
+// the cache append against direct indexing, and every bad argument named.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -152,6 +152,78 @@ TEST(DecodeAttentionApi, EveryBadArgumentIsNamed) {
         << "case " << i << ": " << tigon_last_error();
   }
   EXPECT_EQ(run(qv, kv, vv, sv, ov, nullptr), TIGON_SUCCESS) << tigon_last_error();  // lse is optional
+}
+
+// ---- the cache append
+// -------------------------------------------------------------------------------------------------
+
+// k_new / v_new [B, tq, H, D] (dense) into caches stored [B, H, S, D] (seen through strides, as a decode loop keeps
+// them): each new row lands at cache_seqlens[b] - tq + t, rows whose position falls outside [0, S) nowhere, and
+// nothing else in the caches changes.
+TEST(DecodeAttentionAppend, WritesEachRowAtItsPosition) {
+  const int64_t B = 3, tq = 2, H = 2, D = 4, S = 6;
+  std::vector<float> kn(B * tq * H * D), vn(kn.size()), kc(B * H * S * D, -7.f), vc(kc.size(), -9.f);
+  for (size_t i = 0; i < kn.size(); ++i) kn[i] = float(i) + 0.5f, vn[i] = -float(i) - 0.25f;
+  std::vector<int32_t> lens = {4, 1, 6};  // sequence 1's first new token would sit at -1: not written
+  const auto f32 = tigon::dtype::float32;
+  const std::vector<int64_t> cache_strides = {H * S * D, D, S * D, 1};  // [B, S, H, D] view of [B, H, S, D]
+  tigon::TensorView k_new(kn.data(), {B, tq, H, D}, f32), v_new(vn.data(), {B, tq, H, D}, f32),
+      k_cache(kc.data(), {B, S, H, D}, f32, tigon::cpu(), cache_strides),
+      v_cache(vc.data(), {B, S, H, D}, f32, tigon::cpu(), cache_strides),
+      seqlens(lens.data(), {B}, tigon::dtype::int32);
+  tigon::check(tigon_decode_attention_append(k_new, v_new, k_cache, v_cache, seqlens, nullptr));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t t = s - (lens[b] - tq), at = ((b * H + h) * S + s) * D + d;
+          const bool written = t >= 0 && t < tq;
+          const int64_t from = ((b * tq + t) * H + h) * D + d;
+          EXPECT_EQ(kc[at], written ? kn[from] : -7.f) << b << " " << s << " " << h << " " << d;
+          EXPECT_EQ(vc[at], written ? vn[from] : -9.f) << b << " " << s << " " << h << " " << d;
+        }
+}
+
+TEST(DecodeAttentionAppend, EveryBadArgumentIsNamed) {
+  const auto bf = tigon::dtype::bfloat16;
+  std::vector<uint16_t> kn(2 * 1 * 2 * 8), vn(kn.size()), kc(2 * 5 * 2 * 8), vc(kc.size()), other(4096);
+  std::vector<int32_t> lens = {3, 5}, too_long = {6, 1};
+  std::vector<int64_t> lens64 = {3, 5};
+  void* o = other.data();
+  tigon::TensorView k_new(kn.data(), {2, 1, 2, 8}, bf), v_new(vn.data(), {2, 1, 2, 8}, bf),
+      k_cache(kc.data(), {2, 5, 2, 8}, bf), v_cache(vc.data(), {2, 5, 2, 8}, bf),
+      seqlens(lens.data(), {2}, tigon::dtype::int32), s_long(too_long.data(), {2}, tigon::dtype::int32),
+      s_i64(lens64.data(), {2}, tigon::dtype::int64), s_b(lens.data(), {1}, tigon::dtype::int32),
+      s_gpu(lens.data(), {2}, tigon::dtype::int32, tigon::cuda(0)), n3(o, {2, 2, 16}, bf), n_heads(o, {2, 1, 1, 8}, bf),
+      n_f16(o, {2, 1, 2, 8}, tigon::dtype::float16), n_tq(o, {2, 2, 2, 8}, bf),
+      c_i32(o, {2, 5, 2, 8}, tigon::dtype::int32), c_s(o, {2, 4, 2, 8}, bf), n_over(kc.data(), {2, 1, 2, 8}, bf);
+  auto run = [&](const tigon_tensor* kn_, const tigon_tensor* vn_, const tigon_tensor* kc_, const tigon_tensor* vc_,
+                 const tigon_tensor* s_) { return tigon_decode_attention_append(kn_, vn_, kc_, vc_, s_, nullptr); };
+  struct Bad {
+    std::string arg;
+    std::function<tigon_status_t()> call;
+  };
+  const std::vector<Bad> cases = {
+      {"'k_new'", [&] { return run(nullptr, v_new, k_cache, v_cache, seqlens); }},
+      {"'k_new'", [&] { return run(n3, v_new, k_cache, v_cache, seqlens); }},
+      {"'k_new'", [&] { return run(n_heads, v_new, k_cache, v_cache, seqlens); }},
+      {"'k_new'", [&] { return run(n_f16, v_new, k_cache, v_cache, seqlens); }},
+      {"'v_new'", [&] { return run(k_new, n_tq, k_cache, v_cache, seqlens); }},
+      {"'k_cache'", [&] { return run(k_new, v_new, c_i32, v_cache, seqlens); }},
+      {"'v_cache'", [&] { return run(k_new, v_new, k_cache, c_s, seqlens); }},
+      {"'cache_seqlens'", [&] { return run(k_new, v_new, k_cache, v_cache, nullptr); }},
+      {"'cache_seqlens'", [&] { return run(k_new, v_new, k_cache, v_cache, s_long); }},  // 6 > s_max = 5
+      {"'cache_seqlens'", [&] { return run(k_new, v_new, k_cache, v_cache, s_i64); }},
+      {"'cache_seqlens'", [&] { return run(k_new, v_new, k_cache, v_cache, s_b); }},
+      {"'cache_seqlens'", [&] { return run(k_new, v_new, k_cache, v_cache, s_gpu); }},
+      {"'k_cache'", [&] { return run(n_over, v_new, k_cache, v_cache, seqlens); }},  // k_new inside the cache
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(cases[i].call(), TIGON_ERROR_INVALID_ARGUMENT) << "case " << i << ": " << tigon_last_error();
+    EXPECT_NE(std::string(tigon_last_error()).find("argument " + cases[i].arg), std::string::npos)
+        << "case " << i << ": " << tigon_last_error();
+  }
+  EXPECT_EQ(run(k_new, v_new, k_cache, v_cache, seqlens), TIGON_SUCCESS) << tigon_last_error();
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ import torch
 
 from conftest import DEVICES, needs_cuda
 from test_attention import reference as attention_reference
-from tigon.ops import decode_attention
+from tigon.ops import append_to_cache, decode_attention
 from tolerances import ATTENTION_TOL, TOL, assert_close
 
 
@@ -140,6 +140,107 @@ def test_writing_new_tokens_then_decoding(device):
     lens = lens + 1
     q = torch.randn(b, 1, 4, d, device=device, dtype=dtype)
     check(q, k_cache, v_cache, lens)
+
+
+def _append_case(device, dtype, tq=2, b=3, hkv=2, s_max=12, d=64):
+    gen = torch.Generator(device="cpu").manual_seed(3)
+    k_cache = torch.randn(b, hkv, s_max, d, generator=gen).to(device=device, dtype=dtype)  # kept [B, H, S, D]
+    v_cache = torch.randn(b, hkv, s_max, d, generator=gen).to(device=device, dtype=dtype)
+    k_new = torch.randn(b, tq, hkv, d, generator=gen).to(device=device, dtype=dtype)
+    v_new = torch.randn(b, tq, hkv, d, generator=gen).to(device=device, dtype=dtype)
+    lens = torch.tensor([5, 1, s_max][:b], dtype=torch.int32, device=device)
+    return k_new, v_new, k_cache, v_cache, lens
+
+
+def _appended(k_new, cache, lens):
+    """What torch's indexing makes of the append: token t of sequence b at lens[b] - tq + t, when inside the cache."""
+    want = cache.clone()
+    tq = k_new.shape[1]
+    for b in range(k_new.shape[0]):
+        for t in range(tq):
+            pos = int(lens[b]) - tq + t
+            if 0 <= pos < cache.shape[2]:
+                want[b, :, pos] = k_new[b, t]
+    return want
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_append_to_cache_writes_where_the_attention_reads(device, dtype):
+    k_new, v_new, k_cache, v_cache, lens = _append_case(device, dtype)
+    want_k, want_v = _appended(k_new, k_cache, lens), _appended(v_new, v_cache, lens)
+    append_to_cache(k_new, v_new, k_cache.transpose(1, 2), v_cache.transpose(1, 2), lens)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_append_to_cache_then_decode_equals_indexing_then_decode(device):
+    """One decode step both ways: the new token's k and v by append_to_cache, or by torch's indexing."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    k_new, v_new, k_cache, v_cache, lens = _append_case(device, dtype, tq=1)
+    q = torch.randn(3, 1, 4, 64, device=device, dtype=dtype)
+    kc, vc = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    ki, vi = _appended(k_new, k_cache, lens).transpose(1, 2), _appended(v_new, v_cache, lens).transpose(1, 2)
+    append_to_cache(k_new, v_new, kc, vc, lens)
+    assert torch.equal(decode_attention(q, kc, vc, lens), decode_attention(q, ki, vi, lens))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_append_to_cache_under_torch_compile_fullgraph(device):
+    def step(k_new, v_new, kc, vc, lens):
+        append_to_cache(k_new * 2, v_new, kc, vc, lens)
+        return kc.sum()
+
+    k_new, v_new, k_cache, v_cache, lens = _append_case(device, torch.bfloat16)
+    eager_k = k_cache.clone()
+    step(k_new, v_new, eager_k.transpose(1, 2), v_cache.clone().transpose(1, 2), lens)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    compiled(k_new, v_new, k_cache.transpose(1, 2), v_cache.transpose(1, 2), lens)
+    assert torch.equal(k_cache, eager_k)
+
+
+@needs_cuda
+def test_append_to_cache_in_a_cuda_graph_follows_the_lengths():
+    k_new, v_new, k_cache, v_cache, lens = _append_case("cuda", torch.bfloat16, tq=1)
+    kc, vc = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    static_k, static_v = k_new.clone(), v_new.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        append_to_cache(static_k, static_v, kc, vc, lens)
+    for step in range(3):  # each replay writes the next position, as a decode loop's slot advances
+        static_k.copy_(torch.randn_like(k_new))
+        static_v.copy_(torch.randn_like(v_new))
+        want_k, want_v = _appended(static_k, k_cache, lens), _appended(static_v, v_cache, lens)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v), step
+        lens += 1
+
+
+@pytest.mark.parametrize(
+    "change, exc, arg",
+    [
+        (dict(k_new=None), TypeError, "'k_new'"),
+        (dict(v_new=[1.0]), TypeError, "'v_new'"),
+        (dict(k_cache="cache"), TypeError, "'k_cache'"),
+        (dict(cache_seqlens=None), TypeError, "'cache_seqlens'"),
+        (dict(k_new=lambda a: a["k_new"].double()), TypeError, "'k_new'"),
+        (dict(v_new=lambda a: a["v_new"][:, :1]), ValueError, "'v_new'"),
+        (dict(k_new=lambda a: a["k_new"][:, :, :1]), ValueError, "'k_new'"),
+        (dict(v_cache=lambda a: a["v_cache"][:, :5]), ValueError, "'v_cache'"),
+        (dict(cache_seqlens=lambda a: a["cache_seqlens"].long()), TypeError, "'cache_seqlens'"),
+        (dict(cache_seqlens=lambda a: a["cache_seqlens"] + 1), ValueError, "'cache_seqlens'"),  # 13 > S_max = 12
+        (dict(k_new=lambda a: a["k_cache"][:, :2]), ValueError, "'k_cache'"),  # k_new inside the cache
+    ],
+)
+def test_append_to_cache_bad_input_names_the_argument(change, exc, arg):
+    k_new, v_new, k_cache, v_cache, lens = _append_case("cpu", torch.float32)
+    args = dict(k_new=k_new, v_new=v_new, k_cache=k_cache.transpose(1, 2), v_cache=v_cache.transpose(1, 2))
+    args["cache_seqlens"] = lens
+    for key, value in change.items():
+        args[key] = value(args) if callable(value) else value
+    with pytest.raises(exc, match=arg):
+        append_to_cache(**args)
 
 
 def test_autograd_is_refused_with_a_clear_error():

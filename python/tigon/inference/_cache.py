@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from tigon.inference._ops import _append_token
+
 
 class StaticKVCache:
     def __init__(self, layers: int, batch: int, kv_heads: int, length: int, head_dim: int, dtype, device) -> None:
@@ -27,10 +29,12 @@ class StaticKVCache:
         self.k[layer, :b, :, :t].copy_(k)
         self.v[layer, :b, :, :t].copy_(v)
 
-    def write_token(self, layer: int, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
-        """k, v [B, Hkv, 1, D] at the device-side slot; returns this layer's K and V views [B, Hkv, length, D]."""
+    def write_token(
+        self, layer: int, slot: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int
+    ):
+        """k, v [B, Hkv, 1, D] at the device-side slot (lengths: slot + 1 per row, int32); returns this layer's K and V
+        views [B, Hkv, length, D]."""
         b = k.shape[0]
         keys, values = self.k[layer, :b, :, :length], self.v[layer, :b, :, :length]
-        keys.index_copy_(2, slot, k)
-        values.index_copy_(2, slot, v)
+        _append_token(keys, values, k, v, slot, lengths)
         return keys, values

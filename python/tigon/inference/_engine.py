@@ -121,7 +121,7 @@ class Engine:
         lengths, starts = (self.slot + 1).to(torch.int32).expand(rows).contiguous(), start.to(torch.int32)
 
         def attend(i, layer, q, k, v):
-            keys, values = self.cache.write_token(i, self.slot, k, v, length)
+            keys, values = self.cache.write_token(i, self.slot, lengths, k, v, length)
             return _decode_attention(q, keys, values, lengths, starts, s.scale, s.attn_softcap, layer.window)
 
         h = d.hidden(d.embed(self.tokens[:rows, None]), (self.slot - start)[:, None], attend)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tigon.ops._common import rows_ok
-from tigon.ops.decode_attention import decode_attention
+from tigon.ops.decode_attention import append_to_cache, decode_attention
 from tigon.ops.gemv import MAX_PARTS, gemv, gemv_parts
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope
@@ -151,6 +151,18 @@ def _prefill_attention(q, k, v, allowed, scale: float, softcap: float | None = N
     mask = None if allowed is None else allowed[:, None]
     gqa = k.shape[1] != q.shape[1]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa)
+
+
+def _append_token(keys, values, k, v, slot: torch.Tensor, lengths: torch.Tensor) -> None:
+    """The step's k and v [B, Hkv, 1, D] into cache views keys, values [B, Hkv, S, D] at the device-side slot
+    (lengths = slot + 1 per row, int32 on the device): one Tigon kernel for both where it applies (it reads the
+    position on the device and, launched as a programmatic dependent, starts while RoPE drains), torch's index_copy_
+    otherwise."""
+    if _tigon_kernels(k) and k.dtype == keys.dtype:
+        append_to_cache(k.transpose(1, 2), v.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), lengths)
+        return
+    keys.index_copy_(2, slot, k)
+    values.index_copy_(2, slot, v)
 
 
 def _decode_attention(

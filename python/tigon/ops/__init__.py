@@ -4,7 +4,7 @@ from tigon.ops.activation import gelu, relu, silu
 from tigon.ops.attention import flash_attention
 from tigon.ops.conv2d import conv2d
 from tigon.ops.cross_entropy import cross_entropy
-from tigon.ops.decode_attention import decode_attention
+from tigon.ops.decode_attention import append_to_cache, decode_attention
 from tigon.ops.distill import distill, jsd, kl_div, tvd
 from tigon.ops.dyt import dyt
 from tigon.ops.embedding import embedding
@@ -24,6 +24,7 @@ from tigon.ops.swiglu import geglu, geglu_fused, swiglu, swiglu_fused
 
 __all__ = [
     "add_rms_norm",
+    "append_to_cache",
     "conv2d",
     "cross_entropy",
     "decode_attention",

@@ -6,9 +6,9 @@ is registered with torch.library (with a fake implementation, so torch.compile(f
 outputs and workspace come from torch's allocator and the kernels run on torch's current stream.
 include/tigon/decode_attention.h states the math and layouts.
 
-New keys and values are written into the cache by the caller before the call, with torch's own indexing (no host
-read of the positions): ``k_cache[torch.arange(B), positions] = k_new`` for one token per sequence, or
-``k_cache.index_put_((batch_index, positions), k_new)`` for several.
+New keys and values go into the cache before the call: append_to_cache writes them at the positions the attention
+expects (cache_seqlens[b] - Tq + t, read on the device) in one kernel for both caches; torch's own indexing does the
+same (``k_cache[torch.arange(B), positions] = k_new``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from tigon import _lib
 from tigon.ops._common import check_tensor, compiling
 
-__all__ = ["decode_attention"]
+__all__ = ["append_to_cache", "decode_attention"]
 
 
 class DecodeAttentionParams(ctypes.Structure):  # tigon_decode_attention_params
@@ -36,6 +36,8 @@ _run = _lib.declare(
     "tigon_decode_attention",
     [_T] * 7 + [DecodeAttentionParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
 )
+
+_append = _lib.declare("tigon_decode_attention_append", [_T] * 5 + [ctypes.c_void_p])
 
 _INT32_MAX = 2**31 - 1
 _workspace_bytes_cache: dict = {}
@@ -96,6 +98,54 @@ for _key in ("CPU", "CUDA"):
 @torch.library.register_fake("tigon::decode_attention")
 def _fake(q, k_cache, v_cache, cache_seqlens, cache_starts, scale, softcap, window_left):
     return q.new_empty(q.shape), q.new_empty(_lse_shape(q), dtype=torch.float32)
+
+
+def _append_impl(k_new, v_new, k_cache, v_cache, cache_seqlens) -> None:
+    tensors = (k_new, v_new, k_cache, v_cache, cache_seqlens)
+    _lib.check(_append(*(_lib.tensor_arg(t) for t in tensors), _lib.stream_of(k_cache)))
+
+
+_LIB.define(
+    "decode_attention_append_(Tensor k_new, Tensor v_new, Tensor(a!) k_cache, Tensor(b!) v_cache, "
+    "Tensor cache_seqlens) -> ()"
+)
+for _key in ("CPU", "CUDA"):
+    _LIB.impl("decode_attention_append_", _append_impl, _key)
+
+
+@torch.library.register_fake("tigon::decode_attention_append_")
+def _append_fake(k_new, v_new, k_cache, v_cache, cache_seqlens):
+    return None
+
+
+def append_to_cache(
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+) -> None:
+    """Writes new keys and values into the caches where decode_attention expects them, in place.
+
+    k_new and v_new are (B, Tq, Hkv, D), k_cache and v_cache (B, S_max, Hkv, D) in the same dtype (bfloat16, float16
+    or float32), any strides with the last one 1 (a (B, Hkv, S_max, D) cache is passed as ``cache.transpose(1, 2)``).
+    Token t of sequence b goes to position cache_seqlens[b] - Tq + t (cache_seqlens: int32 (B,) on the caches' device,
+    the lengths the attention call then takes, new tokens included); positions outside [0, S_max) are not written. The
+    positions are read on the device only, so a CUDA graph of a decode step replays the write where the step stands.
+    """
+    for name, t in (
+        ("k_new", k_new),
+        ("v_new", v_new),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("cache_seqlens", cache_seqlens),
+    ):
+        check_tensor("append_to_cache", name, t)
+    args = (k_new, v_new, k_cache, v_cache, cache_seqlens)
+    if compiling():
+        torch.ops.tigon.decode_attention_append_(*args)
+    else:
+        _append_impl(*args)
 
 
 def _number(value, arg: str) -> float:
