@@ -1,6 +1,7 @@
-// GEMV CUDA path: the plan (rows of x per block, K split over a cluster, tile), dtype and vector-width dispatch. The
-// kernel launches as a programmatic dependent of the kernel before it: in a decode step, where one small GEMV follows
-// another, each starts its weight stream while the one ahead finishes (docs/performance/decode.md).
+// GEMV CUDA path: the plan (CUDA cores or tensor cores, rows of x per block, K split over a cluster, tile), dtype and
+// vector-width dispatch. The kernel launches as a programmatic dependent of the kernel before it: in a decode step,
+// where one small GEMV follows another, each starts its weight stream while the one ahead finishes
+// (docs/performance/decode.md).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -83,7 +84,8 @@ void launch_mt(const kern::Args& a, const Plan& p, cudaStream_t stream) {
   }
 }
 
-kern::Args make_args(const Problem& pr, const Plan& p) {
+// block_rows: rows of W per block of the kernel that runs (kBlockRows, or kMmaBlockRows on tensor cores).
+kern::Args make_args(const Problem& pr, const Plan& p, int64_t block_rows) {
   static_assert(kern::kMaxParts == kMaxParts);
   kern::Args a{};
   a.x = pr.x.data;
@@ -100,30 +102,72 @@ kern::Args make_args(const Problem& pr, const Plan& p) {
     a.w_stride[i] = pr.w[i].row_stride;
     a.rows[i] = pr.w[i].rows;
     a.y_first[i] = i == 0 ? 0 : a.y_first[i - 1] + a.rows[i - 1];
-    a.tile_first[i + 1] = a.tile_first[i] + ceil_div(pr.w[i].rows, kBlockRows);
+    a.tile_first[i + 1] = a.tile_first[i] + ceil_div(pr.w[i].rows, block_rows);
   }
   a.k_split = p.k_split;
   a.tile_k = p.tile_k;
   return a;
 }
 
-int64_t tiles_of(const Problem& pr) {
+int64_t tiles_of(const Problem& pr, int64_t block_rows) {
   int64_t tiles = 0;
-  for (int i = 0; i < pr.parts; ++i) tiles += ceil_div(pr.w[i].rows, kBlockRows);
+  for (int i = 0; i < pr.parts; ++i) tiles += ceil_div(pr.w[i].rows, block_rows);
   return tiles;
+}
+
+// Tensor cores: MT (8 or 16) rows of x per block, rows of x staged with kMmaPad extra elements.
+template <class T, int MT>
+void launch_mma_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
+  const size_t smem = size_t(MT) * (p.tile_k + kern::kMmaPad) * sizeof(T);
+  for (int64_t z0 = 0; z0 < p.row_chunks; z0 += kMaxGridZ) {
+    kern::Args a = base;
+    a.m0 = z0 * MT;
+    const dim3 grid(unsigned(a.tile_first[a.parts]), unsigned(p.splits),
+                    unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
+    const dim3 cluster = p.splits > 1 ? dim3(1, unsigned(p.splits), 1) : dim3(0, 0, 0);
+    cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, cluster, kern::gemv_mma<T, MT>, a);
+  }
+}
+
+// Whether every row of x and W starts on 16 bytes and holds whole 16-byte vectors (the vector kernels' loads).
+bool vectorizable(const Problem& pr, int elems_per_load) {
+  bool vec = pr.x.cols % elems_per_load == 0 && rows_aligned(pr.x);
+  for (int i = 0; i < pr.parts; ++i) vec = vec && rows_aligned(pr.w[i]);
+  return vec;
 }
 
 // W: the weight's element type, T or int8_t (then pr.w_scale holds a scale per row of W).
 template <class T, class W>
 void launch(const Problem& pr, const Plan& p, cudaStream_t stream) {
-  const kern::Args a = make_args(pr, p);
+  const kern::Args a = make_args(pr, p, kBlockRows);
   constexpr int V = 16 / sizeof(W);  // elements of W per 16-byte load (x: 16 / sizeof(T) per load, V per W load)
-  bool vec = pr.x.cols % V == 0 && rows_aligned(pr.x);
-  for (int i = 0; i < pr.parts; ++i) vec = vec && rows_aligned(pr.w[i]);
-  if (vec)
+  if (vectorizable(pr, V))
     launch_mt<T, V, W>(a, p, stream);
   else
     launch_mt<T, 1, W>(a, p, stream);
+}
+
+// From this many rows of x the tensor-core kernel runs (16-bit x and W with 16-byte rows): the CUDA cores' M FMAs per
+// weight element start to bound the CUDA-core kernel there.
+constexpr int64_t kMmaMinRows = 5;
+
+bool uses_mma(const Problem& pr) {
+  return pr.x.rows >= kMmaMinRows && pr.x.dtype != DType::kFloat32 && pr.w[0].dtype == pr.x.dtype &&
+         vectorizable(pr, 8);
+}
+
+template <class T>
+void launch_mma(const Problem& pr, int sms, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    fail(TIGON_ERROR_INTERNAL, "gemv: the tensor-core kernel takes 16-bit types");
+  } else {
+    const Plan p = make_plan(pr.x.rows, tiles_of(pr, kern::kMmaBlockRows), pr.x.cols, pr.x.dtype, sms);
+    const kern::Args a = make_args(pr, p, kern::kMmaBlockRows);
+    if (p.mt <= 8)
+      launch_mma_rows<T, 8>(a, p, stream);
+    else
+      launch_mma_rows<T, 16>(a, p, stream);
+  }
 }
 
 }  // namespace
@@ -135,7 +179,12 @@ void run_cuda(const Problem& pr, void*, size_t, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  const Plan p = make_plan(pr.x.rows, tiles_of(pr), pr.x.cols, pr.x.dtype, sm_count(device));
+  const int sms = sm_count(device);
+  if (uses_mma(pr)) {
+    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch_mma<T>(pr, sms, stream));
+    return;
+  }
+  const Plan p = make_plan(pr.x.rows, tiles_of(pr, kBlockRows), pr.x.cols, pr.x.dtype, sms);
   if (pr.w[0].dtype == DType::kInt8) {
     TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch<T, int8_t>(pr, p, stream));
   } else {

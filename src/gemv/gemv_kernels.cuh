@@ -14,6 +14,10 @@
 // Weight-only int8 (tigon_gemv_int8) is the same kernel with W's element type int8_t: a 16-byte load of W carries 16
 // weights, so a lane multiplies each W vector by 32 bytes of x (two 16-byte shared-memory reads of 16-bit x), and the
 // per-output-channel scale multiplies the finished sum.
+//
+// From 5 rows of x (16-bit, 16-byte rows) the CUDA cores' M FMAs per W element become the limit, and gemv_mma takes
+// over: tensor-core mma.sync m16n8k16 with W as the A operand straight from its 16-byte loads (no shared memory), x as
+// B from shared memory; see the kernel.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -25,6 +29,7 @@
 #include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
+#include "common/warp_mma.cuh"
 
 namespace tigon::gemv::kern {
 
@@ -273,6 +278,131 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
     }
   }
   cluster.sync();  // every block's shared memory stays until the first block has read it
+}
+
+// ---- tensor cores: 5 to 16 rows of x
+// ---------------------------------------------------------------------------------
+//
+// A warp owns 16 rows of W (a block of 8 warps 128) and computes their products with MT (8 or 16) rows of x as
+// m16n8k16 tiles, W as the row-major A (16 rows x 16 of K) and x as the column-major B (16 of K x 8 rows of x). The
+// order of K inside a product is free as long as A and B agree, so each lane's 16-byte load of W (8 consecutive
+// elements of one row) goes into the A registers as it is: lane (g, q) = (lane / 4, lane % 4) loads elements
+// 8q .. 8q + 7 of a 32-element chunk of rows g and g + 8, the first four of each row feed one mma (A slots 2q, 2q + 1,
+// 2q + 8, 2q + 9) and the last four a second one, and the lane's B registers are the same elements of x row g, one
+// 16-byte load from shared memory. Per 32 elements of K a lane issues two loads of W, MT / 8 loads of x and
+// MT / 4 mmas, against M FMAs per element on the CUDA cores. Rows of x past M are zeros in shared memory.
+constexpr int kMmaRowsPerWarp = 16;
+constexpr int kMmaBlockRows = kWarps * kMmaRowsPerWarp;
+constexpr int kMmaChunk = 32;  // elements of K per lane group and step
+constexpr int kMmaPad = 32;    // extra elements per staged row of x: rows 64 bytes apart in banks, no conflict
+
+template <class T, int MT>
+__global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
+  static_assert(MT == 8 || MT == 16, "one or two n8 tiles of x rows");
+  constexpr int kTiles = MT / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* xs = reinterpret_cast<T*>(smem);
+  const int xs_stride = a.tile_k + kMmaPad;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int64_t m0 = a.m0 + int64_t(blockIdx.z) * MT;
+  const int64_t k_begin = int64_t(blockIdx.y) * a.k_split;
+  const int64_t k_end = k_begin + a.k_split < a.K ? k_begin + a.k_split : a.K;
+  const int part = part_of_block(a);
+  const int64_t N = a.rows[part], tile = int64_t(blockIdx.x) - a.tile_first[part];
+  const int64_t n0 = (tile * kWarps + warp) * kMmaRowsPerWarp;  // the warp's first row of the part's W
+  const T* w = static_cast<const T*>(a.w[part]);
+  const T* wrow[2];  // rows g and g + 8; rows past N read the last row again and are not written
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + g + 8 * h;
+    wrow[h] = w + (n < N ? n : N - 1) * a.w_stride[part] + 8 * q;
+  }
+
+  constexpr int kStride = kMmaChunk;  // elements of a row the warp covers per step
+  if (n0 < N)                         // the first steps' lines of W into L2 while the kernel ahead drains (as in gemv)
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (k_begin + 8 * q + u * kStride < k_end) cuda::prefetch_l2(wrow[h] + k_begin + u * kStride);
+  cuda::grid_dependency_wait();
+
+  float acc[kTiles][4] = {};
+  auto step = [&](const uint4(&wv)[2], const T* xk) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const uint4 xv = *reinterpret_cast<const uint4*>(xk + (8 * j + g) * xs_stride);
+      const uint32_t lo[4] = {wv[0].x, wv[1].x, wv[0].y, wv[1].y}, hi[4] = {wv[0].z, wv[1].z, wv[0].w, wv[1].w};
+      cuda::mma_16816<T>(acc[j], lo, xv.x, xv.y);
+      cuda::mma_16816<T>(acc[j], hi, xv.z, xv.w);
+    }
+  };
+  for (int64_t t0 = k_begin; t0 < k_end; t0 += a.tile_k) {
+    const int len = int(k_end - t0 < a.tile_k ? k_end - t0 : a.tile_k);
+    __syncthreads();  // the previous tile's readers are done
+    {                 // rows m0 .. m0 + MT of x, columns t0 .. t0 + len, zeros past M and len
+      const T* x = static_cast<const T*>(a.x);
+      constexpr int kV = 8;
+      const int per_row = a.tile_k / kV;
+      for (int i = threadIdx.x; i < MT * per_row; i += kThreads) {
+        const int m = i / per_row, c = (i - m * per_row) * kV;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (m0 + m < a.M && c < len) v = __ldg(reinterpret_cast<const uint4*>(x + (m0 + m) * a.x_stride + t0 + c));
+        *reinterpret_cast<uint4*>(xs + m * xs_stride + c) = v;
+      }
+    }
+    __syncthreads();
+    if (n0 >= N) continue;  // a warp past the last row still stages x with the others
+    const T* xq = xs + 8 * q;
+    int c = 0;
+    for (; c + kUnroll * kStride <= len; c += kUnroll * kStride) {
+      uint4 wv[kUnroll][2];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wv[u][h] = cuda::load_stream16(wrow[h] + t0 + c + u * kStride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) step(wv[u], xq + c + u * kStride);
+    }
+    for (; c < len; c += kStride) {  // len is a multiple of 8: a lane's 8 elements are all in or all out
+      uint4 wv[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+      if (c + 8 * q < len)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wv[h] = cuda::load_stream16(wrow[h] + t0 + c);
+      step(wv, xq + c);
+    }
+  }
+  cuda::allow_dependents();
+
+  // Lane (g, q) holds, per n8 tile j, rows g and g + 8 of the warp's W against rows 8j + 2q and 8j + 2q + 1 of x.
+  auto each = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(g + 8 * (e / 2), 8 * j + 2 * q + e % 2, acc[j][e]);
+  };
+  if (gridDim.y == 1) {
+    if (n0 < N)
+      each([&](int r, int m, float s) {
+        if (n0 + r < N && m0 + m < a.M) write_y<T, T>(a, part, m0 + m, n0 + r, s);
+      });
+    return;
+  }
+  // K split over the blocks of one cluster, as in gemv: shares in shared memory, added in split order by block 0.
+  __shared__ float shares[kMmaBlockRows * MT];  // [row of W in the block][row of x]
+  if (n0 < N) each([&](int r, int m, float s) { shares[(warp * kMmaRowsPerWarp + r) * MT + m] = s; });
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (cluster.block_rank() == 0) {
+    for (int t = threadIdx.x; t < kMmaBlockRows * MT; t += kThreads) {
+      const int64_t n = tile * kMmaBlockRows + t / MT, row = m0 + t % MT;
+      if (n >= N || row >= a.M) continue;
+      float sum = 0.f;
+      for (unsigned rank = 0; rank < gridDim.y; ++rank) sum += cluster.map_shared_rank(shares, rank)[t];
+      write_y<T, T>(a, part, row, n, sum);
+    }
+  }
+  cluster.sync();
 }
 
 }  // namespace tigon::gemv::kern

@@ -64,6 +64,10 @@ const Case kShapes[] = {
     Case{DType::kFloat32, 4, 100, 772, 0, true},
     Case{DType::kBFloat16, 1, 1, 8, 0, true},
     Case{DType::kBFloat16, 1, 8, 131072, 0, false},  // very long K: many splits
+    // 5 rows and more (16-bit, 16-byte rows): the tensor-core kernel
+    Case{DType::kBFloat16, 6, 4096, 4096, 0, true},  // split K across a cluster, 8 rows staged for 6
+    Case{DType::kFloat16, 5, 1000, 1032, 8, true},   // N past a warp's 16 rows, K not a multiple of 32, padded rows
+    Case{DType::kBFloat16, 12, 14336, 4096, 0, false},
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -76,10 +80,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvCuda, ::testing::ValuesIn(kShapes), case_na
 
 // Weights side by side: each part's rows against the CPU reference on the concatenated weight (the plan counts the
 // parts' blocks, so sums may split K otherwise than tigon_gemv on one weight: compared with the GEMV tolerance).
-TEST(GemvCudaApi, PartsMatchTheConcatenatedWeight) {
+class GemvCudaParts : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(GemvCudaParts, MatchTheConcatenatedWeight) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(21);
-  const int64_t M = 2, K = 4096, rows[3] = {4096, 1024, 1000};  // q, k, v of a GQA layer; the last part's tail
+  const int64_t M = GetParam(), K = 4096, rows[3] = {4096, 1024, 1000};  // q, k, v of a GQA layer; the last's tail
   HostMat x(DType::kBFloat16, M, K), all(DType::kBFloat16, 6120, K), b(DType::kBFloat16, 1, 6120);
   x.fill_random(rng);
   all.fill_random(rng, 0.05);
@@ -105,6 +111,7 @@ TEST(GemvCudaApi, PartsMatchTheConcatenatedWeight) {
   const double tol = rtol_of(DType::kBFloat16);
   EXPECT_LE(worst_ratio(gy.fetch(), want, tol * 0.05 * std::sqrt(double(K)), tol), 1.0);
 }
+INSTANTIATE_TEST_SUITE_P(Rows, GemvCudaParts, ::testing::Values(2, 8));  // CUDA cores, tensor cores
 
 TEST(GemvCudaApi, SplitKNeedsNoWorkspace) {
   SKIP_WITHOUT_GPU();
