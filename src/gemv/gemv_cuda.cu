@@ -60,17 +60,24 @@ bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
-template <class T, int MT, int V, class W>
-void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
-  const size_t smem = size_t(MT) * p.tile_k * sizeof(T);
+// Launches kernel over the plan's grid (blocks of rows of W along x, splits of K as clusters along y, chunks of MT
+// rows of x along z, in launches of at most kMaxGridZ chunks).
+template <int MT>
+void launch_chunks(const kern::Args& base, const Plan& p, size_t smem, cudaStream_t stream,
+                   void (*kernel)(const kern::Args)) {
   for (int64_t z0 = 0; z0 < p.row_chunks; z0 += kMaxGridZ) {
     kern::Args a = base;
     a.m0 = z0 * MT;
     const dim3 grid(unsigned(a.tile_first[a.parts]), unsigned(p.splits),
                     unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
     const dim3 cluster = p.splits > 1 ? dim3(1, unsigned(p.splits), 1) : dim3(0, 0, 0);
-    cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, cluster, kern::gemv<T, MT, V, W>, a);
+    cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, cluster, kernel, a);
   }
+}
+
+template <class T, int MT, int V, class W>
+void launch_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
+  launch_chunks<MT>(base, p, size_t(MT) * p.tile_k * sizeof(T), stream, kern::gemv<T, MT, V, W>);
 }
 
 template <class T, int V, class W>
@@ -118,15 +125,7 @@ int64_t tiles_of(const Problem& pr, int64_t block_rows) {
 // Tensor cores: MT (8 or 16) rows of x per block, rows of x staged with kMmaPad extra elements.
 template <class T, int MT>
 void launch_mma_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
-  const size_t smem = size_t(MT) * (p.tile_k + kern::kMmaPad) * sizeof(T);
-  for (int64_t z0 = 0; z0 < p.row_chunks; z0 += kMaxGridZ) {
-    kern::Args a = base;
-    a.m0 = z0 * MT;
-    const dim3 grid(unsigned(a.tile_first[a.parts]), unsigned(p.splits),
-                    unsigned(std::min(kMaxGridZ, p.row_chunks - z0)));
-    const dim3 cluster = p.splits > 1 ? dim3(1, unsigned(p.splits), 1) : dim3(0, 0, 0);
-    cuda::launch_pdl(grid, dim3(kern::kThreads), smem, stream, cluster, kern::gemv_mma<T, MT>, a);
-  }
+  launch_chunks<MT>(base, p, size_t(MT) * (p.tile_k + kern::kMmaPad) * sizeof(T), stream, kern::gemv_mma<T, MT>);
 }
 
 // Whether every row of x and W starts on 16 bytes and holds whole 16-byte vectors (the vector kernels' loads).

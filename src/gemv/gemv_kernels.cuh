@@ -189,6 +189,26 @@ __device__ __forceinline__ void write_y(const Args& a, int part, int64_t row, in
   static_cast<T*>(a.y)[row * a.y_stride + a.y_first[part] + n] = cuda::from_f<T>(s + b);
 }
 
+// K split over the blocks of one cluster (gridDim.y of them): each block has left its sums in shares ([row of W in
+// the block][row of x], kRows x MT), and the cluster's first block adds them up in split order, reading the others'
+// through distributed shared memory, then writes y.
+template <class T, class W, int kRows, int MT>
+__device__ __forceinline__ void add_cluster_shares(const Args& a, int part, int64_t tile, int64_t m0, int64_t N,
+                                                   float* shares) {
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (cluster.block_rank() == 0) {
+    for (int t = threadIdx.x; t < kRows * MT; t += kThreads) {
+      const int64_t n = tile * kRows + t / MT, row = m0 + t % MT;
+      if (n >= N || row >= a.M) continue;
+      float sum = 0.f;
+      for (unsigned rank = 0; rank < gridDim.y; ++rank) sum += cluster.map_shared_rank(shares, rank)[t];
+      write_y<T, W>(a, part, row, n, sum);
+    }
+  }
+  cluster.sync();  // every block's shared memory stays until the first block has read it
+}
+
 // grid: (ceil(N / kBlockRows), splits, row chunks of MT), clusters of (1, splits, 1) when K is split; dynamic shared
 // memory MT * tile_k * sizeof(T). W: the weight's element type (T, or int8_t with a scale per row); V: elements of W
 // per load (16 bytes, or one).
@@ -262,26 +282,12 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
     if (owner && n0 + r < N && m0 + m < a.M) write_y<T, W>(a, part, m0 + m, n0 + r, s);
     return;
   }
-  // K split over the blocks of one cluster (gridDim.y of them): each block leaves its sums in shared memory and the
-  // cluster's first block adds them up in split order, reading the others' through distributed shared memory.
   __shared__ float shares[kBlockRows * MT];  // [row of W in the block][row of x]
   if (owner) shares[(warp * kRowsPerWarp + r) * MT + m] = s;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (cluster.block_rank() == 0) {
-    for (int t = threadIdx.x; t < kBlockRows * MT; t += kThreads) {
-      const int64_t n = tile * kBlockRows + t / MT, row = m0 + t % MT;
-      if (n >= N || row >= a.M) continue;
-      float sum = 0.f;
-      for (unsigned rank = 0; rank < gridDim.y; ++rank) sum += cluster.map_shared_rank(shares, rank)[t];
-      write_y<T, W>(a, part, row, n, sum);
-    }
-  }
-  cluster.sync();  // every block's shared memory stays until the first block has read it
+  add_cluster_shares<T, W, kBlockRows, MT>(a, part, tile, m0, N, shares);
 }
 
-// ---- tensor cores: 5 to 16 rows of x
-// ---------------------------------------------------------------------------------
+// ---- tensor cores: 5 to 16 rows of x ----------------------------------------------------------------------------
 //
 // A warp owns 16 rows of W (a block of 8 warps 128) and computes their products with MT (8 or 16) rows of x as
 // m16n8k16 tiles, W as the row-major A (16 rows x 16 of K) and x as the column-major B (16 of K x 8 rows of x). The
@@ -388,21 +394,9 @@ __global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
       });
     return;
   }
-  // K split over the blocks of one cluster, as in gemv: shares in shared memory, added in split order by block 0.
   __shared__ float shares[kMmaBlockRows * MT];  // [row of W in the block][row of x]
   if (n0 < N) each([&](int r, int m, float s) { shares[(warp * kMmaRowsPerWarp + r) * MT + m] = s; });
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (cluster.block_rank() == 0) {
-    for (int t = threadIdx.x; t < kMmaBlockRows * MT; t += kThreads) {
-      const int64_t n = tile * kMmaBlockRows + t / MT, row = m0 + t % MT;
-      if (n >= N || row >= a.M) continue;
-      float sum = 0.f;
-      for (unsigned rank = 0; rank < gridDim.y; ++rank) sum += cluster.map_shared_rank(shares, rank)[t];
-      write_y<T, T>(a, part, row, n, sum);
-    }
-  }
-  cluster.sync();
+  add_cluster_shares<T, T, kMmaBlockRows, MT>(a, part, tile, m0, N, shares);
 }
 
 }  // namespace tigon::gemv::kern
