@@ -56,8 +56,7 @@ void launch(const kern::Args& a, cudaStream_t st) {
 int main() {
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = device_sms();
   std::printf("gemv_splits: bf16, 1 row of x, %d SMs; us alone / per launch in a chain of %d, TB/s of W alone\n", sms,
               kChain);
   std::printf("%-14s %22s", "N x K", "cuBLAS");

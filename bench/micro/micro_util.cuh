@@ -17,6 +17,13 @@
     }                                                                                        \
   } while (0)
 
+// Multiprocessors of device 0.
+inline int device_sms() {
+  int n = 0;
+  CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+  return n;
+}
+
 // Median microseconds of launch() between two events, after three untimed calls (a launch error stops the program).
 template <class Launch>
 float time_us(Launch launch, int reps = 15) {
