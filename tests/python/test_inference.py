@@ -474,6 +474,17 @@ def test_decode_benchmark_runs_on_the_cpu(tmp_path, capsys):
     assert "decode: cpu | tiny-llama float32" in capsys.readouterr().out
 
 
+def test_decode_benchmark_shapes_pick_batches_prompts_and_lengths(tmp_path, capsys):
+    from tigon.bench import __main__ as bench
+
+    args = ["--ops", "decode", "--quick", "--device", "cpu", "--no-chart", "--out", str(tmp_path)]
+    assert bench.main(args + ["--impls", "tigon", "--shapes", "3,2x8x4"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [(r["batch"], r["prompt"], r["new_tokens"]) for r in rows] == [(3, 16, 32), (2, 8, 4)]
+    out = capsys.readouterr().out
+    assert "prompt 16, 32 new tokens" in out and "prompt 8, 4 new tokens" in out  # a table each
+
+
 def test_model_patched_for_training_decodes_on_tigon_kernels():
     """A model patched by tigon.transformers keeps its Tigon norms in the decode loop (they are called as modules)."""
     import tigon.transformers

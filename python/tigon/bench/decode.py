@@ -13,7 +13,8 @@ whole call (prompt pass included); ttft_ms is a call for one new token (the prom
 is what a row pays once: optimize_model, or the first call's compilation or graph capture. agree: the fraction of new
 tokens equal to hf's (bf16 rounding differs between implementations, so long greedy runs drift apart). On the CPU (or
 with --quick there) a tiny Llama runs in seconds; compile rows on the CPU only with --cpu-compile. Not in the default
-op list: python -m tigon.bench --ops decode [--quick].
+op list: python -m tigon.bench --ops decode [--quick]; --shapes 1,8 or 32x128x256 (batch[xprompt[xnew tokens]]) runs
+those batch sizes only, so the full comparison (minutes of compilation per batch) can be split over runs.
 """
 
 from __future__ import annotations
@@ -186,12 +187,18 @@ def run(args, ctx) -> list[dict]:
     name, prompt, new, batches = (
         (GPU_QUICK if args.quick else GPU_SHAPE) if gpu else (CPU_QUICK if args.quick else CPU_SHAPE)
     )
-    if args.shapes:
-        ctx.note(f"{OP}: --shapes does not apply (model {name}, prompt {prompt}, {new} new tokens)")
+    runs = {(prompt, new): batches}  # (prompt, new tokens) -> batch sizes
+    if args.shapes:  # batch[xprompt[xnew tokens]] each: a bar's batch sizes over several runs (compiles are long)
+        if any(not 1 <= len(s) <= 3 or min(s) < 1 for s in args.shapes):
+            raise ValueError(f"{OP}: --shapes takes batch[xprompt[xnew_tokens]] entries, e.g. 1,8 or 32x128x256")
+        runs = {}
+        for s in args.shapes:
+            runs.setdefault((s[1] if len(s) > 1 else prompt, s[2] if len(s) > 2 else new), []).append(s[0])
     names = [c for c in args.configs or [] if c in configs.CONFIGS] or [name]  # --configs: other model shapes
     results = []
     for name in names:
-        results += _run_model(args, ctx, name, prompt, new, batches)
+        for (p, n), b in runs.items():
+            results += _run_model(args, ctx, name, p, n, b)
     return results
 
 
@@ -247,9 +254,16 @@ def print_rows(rows: list[dict], what: str, cols: list[tuple[str, int]], key, ce
 
 
 def print_table(results: list[dict]) -> None:
-    rows = [r for r in results if r["op"] == OP]
-    if not rows:
-        return
+    """One table per (model, prompt, new tokens)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        if r["op"] == OP:
+            groups.setdefault((r["model"], r["prompt"], r["new_tokens"]), []).append(r)
+    for rows in groups.values():
+        _print_group(rows)
+
+
+def _print_group(rows: list[dict]) -> None:
     r0 = rows[0]
     cols = [("batch", 5), ("impl", 15), ("tokens/s", 9), ("ms/token", 9), ("x hf", 6), ("ttft ms", 8)]
     cols += [("setup s", 8), ("agree", 6)]
