@@ -67,18 +67,31 @@ class Impl:
     varlen: object = None  # fn(q, k, v, cu, max_len, causal) on (T, H, D) tensors, or None: padded dense instead
 
 
-def _tigon(ctx, args):
-    import tigon
+def _tigon(deterministic: bool):
+    """Tigon's flash attention; deterministic=False: the backward adds dq in any order (the faster mode)."""
 
-    flash = getattr(tigon.ops, "flash_attention", None)
-    if flash is None:
-        raise Skip("this build of tigon has no flash_attention op")
-    return Impl(
-        dense=lambda q, k, v, causal: flash(q, k, v, causal=causal),
-        varlen=lambda q, k, v, cu, n, causal: flash(
-            q, k, v, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=n, max_seqlen_k=n
-        ),
-    )
+    def make(ctx, args):
+        import tigon
+
+        flash = getattr(tigon.ops, "flash_attention", None)
+        if flash is None:
+            raise Skip("this build of tigon has no flash_attention op")
+        return Impl(
+            dense=lambda q, k, v, causal: flash(q, k, v, causal=causal, deterministic=deterministic),
+            varlen=lambda q, k, v, cu, n, causal: flash(
+                q,
+                k,
+                v,
+                causal=causal,
+                cu_seqlens_q=cu,
+                cu_seqlens_k=cu,
+                max_seqlen_q=n,
+                max_seqlen_k=n,
+                deterministic=deterministic,
+            ),
+        )
+
+    return make
 
 
 def _sdpa(backend: str | None):
@@ -143,7 +156,8 @@ def _flash_package(module: str):
 
 
 IMPLS = {
-    "tigon": _tigon,
+    "tigon": _tigon(True),
+    "tigon_unordered": _tigon(False),  # deterministic=False
     "torch_eager": _sdpa(None),  # SDPA as transformers calls it: torch picks the backend
     "sdpa_flash": _sdpa("FLASH_ATTENTION"),
     "sdpa_cudnn": _sdpa("CUDNN_ATTENTION"),
