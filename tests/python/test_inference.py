@@ -379,9 +379,10 @@ def test_cuda_decode_attention_in_the_step_matches_torch(monkeypatch, d, hq, hkv
 
 
 @needs_cuda
-@pytest.mark.parametrize("rows", [1, 4, 16, 17])
+@pytest.mark.parametrize("rows", [1, 4, 5, 8, 16, 17])
 def test_cuda_linear_in_the_step_matches_torch(rows):
-    """_ops._linear: Tigon's GEMV up to 16 rows (F.linear past them), bf16 against an fp32 reference."""
+    """_ops._linear: Tigon's GEMV up to 16 rows (CUDA cores to 4, tensor cores from 5; F.linear past 16), bf16 against
+    an fp32 reference."""
     from tigon.inference import _ops
 
     g = torch.Generator(device="cuda").manual_seed(rows)
@@ -419,10 +420,11 @@ KERNEL_MODELS = {  # tiny models with head dims Tigon's decode attention takes (
 
 
 @needs_cuda
-@pytest.mark.parametrize("name", list(KERNEL_MODELS))
-def test_cuda_bf16_step_runs_tigon_kernels_and_replays_what_it_ran(monkeypatch, name):
-    """A bf16 model whose decode step calls Tigon's GEMV and decode attention: the graph replays give the tokens the
-    same step gives run eagerly (the kernels are deterministic), and the kernels were called."""
+@pytest.mark.parametrize("name,batch", [(n, 2) for n in KERNEL_MODELS] + [("llama", 8), ("qwen3_moe", 8)])
+def test_cuda_bf16_step_runs_tigon_kernels_and_replays_what_it_ran(monkeypatch, name, batch):
+    """A bf16 model whose decode step calls Tigon's GEMV (tensor cores at batch 8), the cache append and decode
+    attention: the graph replays give the tokens the same step gives run eagerly (the kernels are deterministic), and
+    the kernels were called."""
     from tigon.inference import _ops
 
     config_cls, extra = KERNEL_MODELS[name]
@@ -432,21 +434,21 @@ def test_cuda_bf16_step_runs_tigon_kernels_and_replays_what_it_ran(monkeypatch, 
     )  # fmt: skip
     torch.manual_seed(0)
     model = getattr(transformers, config_cls.replace("Config", "ForCausalLM"))(config).to("cuda", torch.bfloat16).eval()
-    calls = {"gemv": 0, "decode_attention": 0}
+    calls = {"gemv": 0, "decode_attention": 0, "append_to_cache": 0}
     for fn in calls:
         original = getattr(_ops, fn)
         monkeypatch.setattr(
             _ops, fn, lambda *a, _f=original, _n=fn, **kw: (calls.__setitem__(_n, calls[_n] + 1), _f(*a, **kw))[1]
         )
-    opt = tigon.optimize_model(model, max_batch_size=2, max_seq_len=256)
-    ids, mask = (t.cuda() for t in prompts(length=40))
+    opt = tigon.optimize_model(model, max_batch_size=batch, max_seq_len=256)
+    ids, mask = (t.cuda() for t in prompts(batch=batch, length=40))
     kw = dict(attention_mask=mask, max_new_tokens=48, do_sample=False)
     with no_fallback():
         replayed = opt.generate(ids, **kw)
         assert opt.tigon_inference.graphs.graphs, "the step was not captured"
         opt.tigon_inference.graphs.enabled = False
         eager = opt.generate(ids, **kw)
-    assert calls["gemv"] > 0 and calls["decode_attention"] > 0
+    assert calls["gemv"] > 0 and calls["decode_attention"] > 0 and calls["append_to_cache"] > 0
     assert torch.equal(replayed, eager)
 
 
