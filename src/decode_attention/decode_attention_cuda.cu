@@ -131,16 +131,13 @@ __global__ void __launch_bounds__(256) append_kernel(AppendProblem p, int64_t un
 // 16-byte copies where every row start is 16-byte aligned (data and each stride of a dimension longer than 1).
 bool rows_aligned16(const AppendProblem& p) {
   const int elt = dtype_bytes(p.dtype);
-  if (p.head_dim * elt % 16 != 0) return false;
-  const int64_t extents[3] = {p.batch, 0, p.heads};
-  for (const Tensor4* x : {&p.k_new, &p.v_new, &p.k, &p.v}) {
-    if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0) return false;
-    const int64_t seq = x == &p.k || x == &p.v ? p.s_max : p.tq;
-    const int64_t strides[3] = {x->batch_stride, x->seq_stride, x->head_stride};
-    for (int d = 0; d < 3; ++d)
-      if ((d == 1 ? seq : extents[d]) > 1 && strides[d] * elt % 16 != 0) return false;
-  }
-  return true;
+  auto aligned = [&](const Tensor4& x, int64_t seq) {
+    auto ok = [&](int64_t extent, int64_t stride) { return extent <= 1 || stride * elt % 16 == 0; };
+    return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && ok(p.batch, x.batch_stride) && ok(seq, x.seq_stride) &&
+           ok(p.heads, x.head_stride);
+  };
+  return p.head_dim * elt % 16 == 0 && aligned(p.k_new, p.tq) && aligned(p.v_new, p.tq) && aligned(p.k, p.s_max) &&
+         aligned(p.v, p.s_max);
 }
 
 }  // namespace

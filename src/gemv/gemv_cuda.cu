@@ -105,16 +105,12 @@ bool uses_mma(const Problem& pr) {
 
 template <class T>
 void launch_mma(const Problem& pr, int sms, cudaStream_t stream) {
-  if constexpr (std::is_same_v<T, float>) {
-    fail(TIGON_ERROR_INTERNAL, "gemv: the tensor-core kernel takes 16-bit types");
-  } else {
-    const Plan p = make_plan(pr.x.rows, tiles_of(pr, kern::kMmaBlockRows), pr.x.cols, pr.x.dtype, sms);
-    const kern::Args a = make_args(pr, p, kern::kMmaBlockRows);
-    if (p.mt <= 8)
-      launch_mma_rows<T, 8>(a, p, stream);
-    else
-      launch_mma_rows<T, 16>(a, p, stream);
-  }
+  const Plan p = make_plan(pr.x.rows, tiles_of(pr, kern::kMmaBlockRows), pr.x.cols, pr.x.dtype, sms);
+  const kern::Args a = make_args(pr, p, kern::kMmaBlockRows);
+  if (p.mt <= 8)
+    launch_mma_rows<T, 8>(a, p, stream);
+  else
+    launch_mma_rows<T, 16>(a, p, stream);
 }
 
 }  // namespace
@@ -127,8 +123,11 @@ void run_cuda(const Problem& pr, void*, size_t, void* stream_ptr) {
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   const int sms = sm_count(device);
-  if (uses_mma(pr)) {
-    TIGON_SWITCH_FLOAT(pr.x.dtype, T, launch_mma<T>(pr, sms, stream));
+  if (uses_mma(pr)) {  // bf16 or fp16
+    if (pr.x.dtype == DType::kBFloat16)
+      launch_mma<__nv_bfloat16>(pr, sms, stream);
+    else
+      launch_mma<__half>(pr, sms, stream);
     return;
   }
   const Plan p = make_plan(pr.x.rows, tiles_of(pr, kBlockRows), pr.x.cols, pr.x.dtype, sms);
