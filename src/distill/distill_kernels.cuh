@@ -1,13 +1,15 @@
-// Distillation row kernels: the per-element math both share (online statistics of the student and the teacher, the
-// row sums of the divergences that need a second look at the row, the gradient) and the two kernels:
+// Distillation row kernels: the per-element math both share (statistics of the student and the teacher, the row sums
+// of the divergences that need a second look at the row, the gradient) and the two kernels:
 //   cluster  a row held in shared memory across a thread block cluster (1-8 blocks), copied in by the bulk copy engine:
 //            student and teacher are read from DRAM once, every later pass reads shared memory, and the gradient is
 //            written with 16-byte stores (possibly over the student or the teacher). Rows 16-byte aligned.
 //   classic  one block per row (grid-stride), element by element from global memory, every pass reading the row
 //            again: the fallback for unaligned rows (odd vocabularies) and rows too long for a cluster.
-// Passes per row: 1. statistics (max and sum of exponentials, online; the KLs' loss sums on the way); 2. only JSD and
-// TVD: the row sums their gradient needs (KL(q || m), sum q sign(q - p)); 3. the gradient. All math fp32, exp2 and
-// log2 on the SFU (ex2.approx, lg2.approx), 64-bit row offsets.
+// Passes per row: 1. statistics (max and sum of exponentials; the KLs' loss sums on the way): online in the classic
+// kernel, against each piece's maxima in the cluster kernel; 2. only JSD and TVD: the row sums their gradient needs
+// (KL(q || m), sum q sign(q - p)); 3. the gradient: the cluster kernel keeps each element's two gradient terms in
+// place of its inputs after pass 1 (forward KL) or 2 (JSD, TVD), so pass 3 takes no exponential. All math fp32, exp2
+// and log2 on the SFU (ex2.approx, lg2.approx), 64-bit row offsets.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -232,27 +234,49 @@ __device__ __forceinline__ Elem elem(float z, float t, const Row& r, const RowAr
   return e;
 }
 
-// Pass 2: JSD's KL(p || m) and KL(q || m), or TVD's 0.5 |q - p| and q sign(q - p).
+// Pass 2: JSD's KL(p || m) and KL(q || m), or TVD's 0.5 |q - p| and q sign(q - p). ka and kb: the element's gradient
+// as ka - k kb up to a factor (JSD: q (x - log m) and q; TVD: q sign(q - p) and q), which the cluster kernel keeps.
+// JSD works in base 2 (x2 = log2 q is q's exponent, so it costs no extra instruction): its sums and ka are ln 2 short,
+// which finish_sums and the gradient's factor put back.
 template <Kind K, bool kProbs>
-__device__ __forceinline__ void add_sums(Sums& s, float z, float t, const Row& r, const RowArgs& a) {
-  const Elem e = elem<kProbs>(z, t, r, a);
+__device__ __forceinline__ void add_sums(Sums& s, float z, float t, const Row& r, const RowArgs& a, float& ka,
+                                         float& kb) {
   if constexpr (K == Kind::kJSD) {
-    const float lm = log2_fast(fmaf(a.beta, e.p - e.q, e.q)) * kLn2;  // log(b p + (1 - b) q)
-    if (e.p > 0.f) s.a += e.p * (e.y - lm);
-    if (e.q > 0.f) s.b += e.q * (e.x - lm);
+    const float x2 = fmaf(z, a.z_scale, -r.lse2z), q = exp2_fast(x2);
+    float y2, p;
+    if constexpr (kProbs) {
+      p = t;
+      y2 = log2_fast(t);
+    } else {
+      y2 = fmaf(t, a.t_scale, -r.lse2t);
+      p = exp2_fast(y2);
+    }
+    const float lm2 = log2_fast(fmaf(a.beta, p - q, q));  // log2(b p + (1 - b) q)
+    if (p > 0.f) s.a += p * (y2 - lm2);
+    ka = q > 0.f ? q * (x2 - lm2) : 0.f;
+    kb = q;
+    s.b += ka;
   } else {
+    const Elem e = elem<kProbs>(z, t, r, a);
     const float d = e.q - e.p;
     s.a += 0.5f * fabsf(d);
-    s.b += d > 0.f ? e.q : d < 0.f ? -e.q : 0.f;
+    ka = d > 0.f ? e.q : d < 0.f ? -e.q : 0.f;
+    kb = e.q;
+    s.b += ka;
   }
+}
+template <Kind K, bool kProbs>
+__device__ __forceinline__ void add_sums(Sums& s, float z, float t, const Row& r, const RowArgs& a) {
+  float ka, kb;
+  add_sums<K, kProbs>(s, z, t, r, a, ka, kb);
 }
 
 // The row's loss and k after pass 2.
 template <Kind K>
 __device__ __forceinline__ void finish_sums(Row& r, const Sums& s, const RowArgs& a) {
-  if constexpr (K == Kind::kJSD) {
-    r.loss = a.beta * s.a + (1.f - a.beta) * s.b;
-    r.k = s.b;
+  if constexpr (K == Kind::kJSD) {  // the sums in base 2
+    r.loss = (a.beta * s.a + (1.f - a.beta) * s.b) * kLn2;
+    r.k = s.b * kLn2;
   } else {
     r.loss = s.a;
     r.k = s.b;
@@ -370,16 +394,151 @@ static_assert(kMaxPieces * 8 + 3 * 8 + (kThreads / 32) * (sizeof(Stats) + sizeof
                   kStaticSmem,
               "cluster_rows_kernel's static shared memory outgrew kStaticSmem");
 
-// Vector k of this block's slice, as floats.
+// ---- the cluster kernel's passes over its slice -----------------------------------------------------------------
+
+// What an element's student and teacher slots hold once its statistics are taken (forward KL: pass 1; JSD and TVD:
+// pass 2): the two terms of its gradient, grad = c1 ka - c2 kb with c1, c2 per row (and, for forward KL, per piece and
+// thread), so the gradient pass reads two terms and does two multiplies instead of recomputing the exponentials. fp16
+// for 16-bit rows: its 11-bit mantissa is finer than a bf16 or fp16 input's own rounding carries into q and p (a logit
+// off by half a unit in its last place moves its probability by |z| / T times that), and the terms (probabilities and
+// their products with log-ratios) lie within its range. fp32 rows keep floats.
 template <class T>
-__device__ __forceinline__ void unpack_vec(const uint4& u, float (&f)[kVec<T>]) {
-  cuda::unpack16<T>(u, f);
+using Kept = std::conditional_t<sizeof(T) == 2, __half, float>;
+constexpr bool keeps_terms(Kind k) { return k != Kind::kReverseKL; }
+constexpr int kVecsPerThread = 3;  // a thread's vectors of one piece, at most (the launcher's plan keeps to it)
+
+// A 16-byte vector of this block's shared memory (32-bit shared addresses, computed once per pass: through a generic
+// pointer the compiler rebuilt the cluster window's address for every vector and split the loads in two).
+__device__ __forceinline__ uint4 lds16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts16(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+// A vector as floats; bf16 by shifts and masks (one instruction an element: the conversion intrinsic takes two for
+// the upper half of each word).
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& u, float (&f)[kVec<T>]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else {
+    cuda::unpack16<T>(u, f);
+  }
+}
+
+// The largest element of the live vectors (-inf for none), compared on the packed 16-bit values.
+template <class T>
+__device__ __forceinline__ float max_of(const uint4 (&v)[kVecsPerThread], const bool (&live)[kVecsPerThread]) {
+  if constexpr (sizeof(T) == 4) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kVecsPerThread; ++j)
+      if (live[j])
+        m = fmaxf(m, fmaxf(fmaxf(__uint_as_float(v[j].x), __uint_as_float(v[j].y)),
+                           fmaxf(__uint_as_float(v[j].z), __uint_as_float(v[j].w))));
+    return m;
+  } else {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    T2 m;
+    if constexpr (std::is_same_v<T, __half>)
+      m = __float2half2_rn(-INFINITY);
+    else
+      m = __float2bfloat162_rn(-INFINITY);
+#pragma unroll
+    for (int j = 0; j < kVecsPerThread; ++j)
+      if (live[j]) {
+        const T2* e = reinterpret_cast<const T2*>(&v[j]);
+        m = __hmax2(m, __hmax2(__hmax2(e[0], e[1]), __hmax2(e[2], e[3])));
+      }
+    return fmaxf(__low2float(m), __high2float(m));
+  }
+}
+
+// Raises a running maximum (exp2 domain) to m, rescaling the sums taken against it (a no-op unless m is larger; from
+// -inf the sums are 0). The references only grow, so a thread's entry needs no merging across pieces.
+__device__ __forceinline__ void raise_max(float& ref, float m, float& s1, float& s2) {
+  if (m > ref) {
+    const float f = rescale_factor(ref, m);
+    s1 *= f;
+    s2 *= f;
+    ref = m;
+  }
+}
+
+// Pass 1 for one element against fixed references uz, ut (exp2-domain maxima, so every exponential is at most 1).
+// kLogits: the teacher is logits (its weights are exponentials, and the forward KL's loss term is summed as w (t - z),
+// a factor 1 / T short). Returns the forward KL's kept terms: the student's exponential and the teacher's weight.
+template <Kind K, bool kProbs, bool kLogits>
+__device__ __forceinline__ void accumulate_fixed(Stats& s, float z, float t, float uz, float ut, const RowArgs& a,
+                                                 float& ka, float& kb) {
+  const float ez = exp2_fast(fmaf(z, a.z_scale, -uz));
+  s.sz += ez;
+  if constexpr (K == Kind::kReverseKL)
+    if (ez > 0.f) s.rz += ez * (z * a.inv_temp - teacher_log<kProbs>(t, a));
+  ka = ez;
+  kb = 0.f;
+  if constexpr (K == Kind::kForwardKL || kLogits) {
+    const float w = kProbs ? t : exp2_fast(fmaf(t, a.t_scale, -ut));
+    s.st += w;
+    kb = w;
+    if constexpr (K == Kind::kForwardKL)
+      if (w > 0.f) s.rt += w * (kLogits ? t - z : teacher_log<kProbs>(t, a) - z * a.inv_temp);
+  }
+}
+
+// Pass 1 over this thread's vectors of one piece (k = first + tid + j * nthr < end, at most kVecsPerThread), into the
+// thread's running entry st: their maxima from the packed values raise st's references, then every element's
+// exponentials are taken against those, in registers; forward KL writes the kept terms back in place. uz, ut: the
+// references this piece's kept terms used. With kLogits the forward KL's st.rt is a factor 1 / T short (the caller
+// puts it back after the last piece).
+template <class T, Kind K, bool kProbs, bool kLogits>
+__device__ __forceinline__ void pass1_piece(Stats& st, uint32_t xs, uint32_t ts, uint32_t first, uint32_t end,
+                                            const RowArgs& a, float& uz, float& ut) {
+  constexpr int V = kVec<T>;
+  const uint32_t tid = threadIdx.x, nthr = blockDim.x;
+  uint4 zv[kVecsPerThread], tv[kVecsPerThread];
+  bool live[kVecsPerThread];
+#pragma unroll
+  for (int j = 0; j < kVecsPerThread; ++j) {
+    const uint32_t k = first + tid + j * nthr;
+    live[j] = k < end;
+    if (live[j]) {
+      zv[j] = lds16(xs + 16 * k);
+      tv[j] = lds16(ts + 16 * k);
+    }
+  }
+  raise_max(st.mz, max_of<T>(zv, live) * a.z_scale, st.sz, st.rz);
+  if constexpr (kLogits) raise_max(st.mt, max_of<T>(tv, live) * a.t_scale, st.st, st.rt);
+  uz = st.mz == -INFINITY ? 0.f : st.mz;  // all -inf so far: every exponential is 0 against any finite value
+  ut = st.mt == -INFINITY ? 0.f : st.mt;  // (0 where the teacher's maximum is not tracked)
+#pragma unroll
+  for (int j = 0; j < kVecsPerThread; ++j)
+    if (live[j]) {
+      float z[V], t[V], ka[V], kb[V];
+      unpack<T>(zv[j], z);
+      unpack<T>(tv[j], t);
+#pragma unroll
+      for (int e = 0; e < V; ++e) accumulate_fixed<K, kProbs, kLogits>(st, z[e], t[e], uz, ut, a, ka[e], kb[e]);
+      if constexpr (K == Kind::kForwardKL) {
+        const uint32_t k = first + tid + j * nthr;
+        sts16(xs + 16 * k, cuda::pack16<Kept<T>>(ka));
+        sts16(ts + 16 * k, cuda::pack16<Kept<T>>(kb));
+      }
+    }
 }
 
 template <class T, Kind K, bool kProbs>
-__global__ void __launch_bounds__(kThreads, 2) cluster_rows_kernel(RowArgs a, SliceShape sh) {
+__global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, SliceShape sh) {
   constexpr int V = kVec<T>;
-  extern __shared__ uint4 smem[];  // [slice_vecs] student, then [slice_vecs] teacher
+  extern __shared__ uint4 smem[];  // [slice_vecs] student, then [slice_vecs] teacher; later the kept terms
   __shared__ uint64_t bars[kMaxPieces];
   __shared__ uint64_t stat_bar, sum_bar;
   __shared__ Stats warp_stats[kThreads / 32];
@@ -397,6 +556,7 @@ __global__ void __launch_bounds__(kThreads, 2) cluster_rows_kernel(RowArgs a, Sl
   const int pieces = int((count + sh.piece_vecs - 1) / sh.piece_vecs);
   uint4* xs = smem;
   uint4* ts = smem + sh.slice_vecs;
+  const uint32_t xa = cuda::smem_addr(xs), ta = cuda::smem_addr(ts);  // the same as 32-bit shared addresses
   const T* x = static_cast<const T*>(a.student) + row * a.x_stride;
   const T* t = static_cast<const T*>(a.teacher) + row * a.t_stride;
   T* g = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
@@ -432,18 +592,20 @@ __global__ void __launch_bounds__(kThreads, 2) cluster_rows_kernel(RowArgs a, Sl
   if (csize > 1) __cluster_barrier_arrive_relaxed();  // waited for before the first exchange
   __syncthreads();
 
-  // Pass 1, piece by piece as the copies land; the tail (last block) from global memory, kept for the later passes.
+  // Pass 1, piece by piece as the copies land, each against the running maxima of this thread's vectors (kz, kt: the
+  // forward KL's kept exponentials are relative to them); the tail (last block) from global memory, kept in registers
+  // for the later passes.
   Stats st = empty_stats(a);
+  float kz[kMaxPieces], kt[kMaxPieces];
   for (int p = 0; p < pieces; ++p) {
     cuda::mbar_wait(&bars[p], 0);
     const uint32_t first = uint32_t(p * sh.piece_vecs), end = uint32_t(min(count, (p + 1) * sh.piece_vecs));
-    for (uint32_t k = first + tid; k < end; k += nthr) {
-      float z[V], tv[V];
-      unpack_vec<T>(xs[k], z);
-      unpack_vec<T>(ts[k], tv);
-      accumulate<K, kProbs, V>(st, z, tv, a);
-    }
+    if (!kProbs && a.teacher_logits)
+      pass1_piece<T, K, kProbs, !kProbs>(st, xa, ta, first, end, a, kz[p], kt[p]);
+    else
+      pass1_piece<T, K, kProbs, false>(st, xa, ta, first, end, a, kz[p], kt[p]);
   }
+  if (K == Kind::kForwardKL && !kProbs && a.teacher_logits) st.rt *= a.inv_temp;
   float zt = 0.f, tt = 0.f;
   if (tid < tail) {
     zt = to_f<T>(x[nvec * V + tid]);
@@ -460,14 +622,21 @@ __global__ void __launch_bounds__(kThreads, 2) cluster_rows_kernel(RowArgs a, Sl
   }
   Row r = finish_stats<K>(st, a);
 
+  // Pass 2 (JSD, TVD), each vector's kept terms written over it (in pass 1's order, as pass 3 reads them: every
+  // thread reads back what it wrote).
   if constexpr (needs_sums(K)) {
     Sums s = empty_sums(a);
-    for (uint32_t k = tid; k < uint32_t(count); k += nthr) {
-      float z[V], tv[V];
-      unpack_vec<T>(xs[k], z);
-      unpack_vec<T>(ts[k], tv);
+    for (int p = 0; p < pieces; ++p) {
+      const uint32_t first = uint32_t(p * sh.piece_vecs), end = uint32_t(min(count, (p + 1) * sh.piece_vecs));
+      for (uint32_t k = first + tid; k < end; k += nthr) {
+        float z[V], tv[V], ka[V], kb[V];
+        unpack<T>(lds16(xa + 16 * k), z);
+        unpack<T>(lds16(ta + 16 * k), tv);
 #pragma unroll
-      for (int e = 0; e < V; ++e) add_sums<K, kProbs>(s, z[e], tv[e], r, a);
+        for (int e = 0; e < V; ++e) add_sums<K, kProbs>(s, z[e], tv[e], r, a, ka[e], kb[e]);
+        sts16(xa + 16 * k, cuda::pack16<Kept<T>>(ka));
+        sts16(ta + 16 * k, cuda::pack16<Kept<T>>(kb));
+      }
     }
     if (tid < tail) add_sums<K, kProbs>(s, zt, tt, r, a);
     s = block_merge(s, warp_sums, a);
@@ -481,15 +650,40 @@ __global__ void __launch_bounds__(kThreads, 2) cluster_rows_kernel(RowArgs a, Sl
   if (rank == 0 && tid == 0) a.row_loss[row] = r.loss;
   cuda::grid_dependency_wait();  // launched as the totals kernel's dependent: the count the means divide by
   if (!g) return;
+
+  // Pass 3: the gradient, 16-byte stores. Piece by piece in pass 1's order (a thread reads the vectors it wrote).
   const float coef = grad_coef(a);
   uint4* gv = reinterpret_cast<uint4*>(g) + v0;
-  for (uint32_t k = tid; k < uint32_t(count); k += nthr) {
-    float z[V], tv[V], out[V];
-    unpack_vec<T>(xs[k], z);
-    unpack_vec<T>(ts[k], tv);
+  for (int p = 0; p < pieces; ++p) {
+    const uint32_t first = uint32_t(p * sh.piece_vecs), end = uint32_t(min(count, (p + 1) * sh.piece_vecs));
+    if constexpr (keeps_terms(K)) {
+      float c1, c2;
+      if constexpr (K == Kind::kForwardKL) {  // coef (q sp - p), q = ez 2^(kz - lse2z), p = w 2^(kt - lse2t)
+        c1 = coef * r.sp * exp2_fast(kz[p] - r.lse2z);
+        c2 = coef * exp2_fast(kt[p] - r.lse2t);
+      } else {  // JSD: coef (1 - b) (ka ln 2 - k q); TVD: coef / 2 (ka - k q)
+        const float f = coef * (K == Kind::kJSD ? 1.f - a.beta : 0.5f);
+        c1 = K == Kind::kJSD ? f * kLn2 : f;
+        c2 = f * r.k;
+      }
+      for (uint32_t k = first + tid; k < end; k += nthr) {
+        float ka[V], kb[V], out[V];
+        cuda::unpack16<Kept<T>>(lds16(xa + 16 * k), ka);
+        cuda::unpack16<Kept<T>>(lds16(ta + 16 * k), kb);
 #pragma unroll
-    for (int e = 0; e < V; ++e) out[e] = grad_elem<K, kProbs>(z[e], tv[e], r, coef, a);
-    __stcg(gv + k, cuda::pack16<T>(out));
+        for (int e = 0; e < V; ++e) out[e] = fmaf(c1, ka[e], -c2 * kb[e]);
+        __stcg(gv + k, cuda::pack16<T>(out));
+      }
+    } else {
+      for (uint32_t k = first + tid; k < end; k += nthr) {
+        float z[V], tv[V], out[V];
+        unpack<T>(lds16(xa + 16 * k), z);
+        unpack<T>(lds16(ta + 16 * k), tv);
+#pragma unroll
+        for (int e = 0; e < V; ++e) out[e] = grad_elem<K, kProbs>(z[e], tv[e], r, coef, a);
+        __stcg(gv + k, cuda::pack16<T>(out));
+      }
+    }
   }
   if (tid < tail) g[nvec * V + tid] = from_f<T>(grad_elem<K, kProbs>(zt, tt, r, coef, a));
 }

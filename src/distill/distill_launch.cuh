@@ -37,8 +37,10 @@ inline ClusterPlan cluster_plan(int64_t nvec, const cuda::DeviceLimits& d) {
   if (p.csize == 0) return p;
   p.sh.slice_vecs = slice_vecs(p.csize);
   p.threads = int(std::clamp<int64_t>((p.sh.slice_vecs / 4 + 31) / 32 * 32, 64, kern::kThreads));
-  // Pieces of about two vectors per thread each, at most kMaxPieces: the statistics start on the first.
-  const int64_t pieces = std::clamp<int64_t>(p.sh.slice_vecs / (2 * p.threads), 1, kern::kMaxPieces);
+  // Pieces of up to kVecsPerThread vectors a thread (pass 1 holds a thread's vectors of a piece in registers and pays
+  // a fixed cost per piece), at most kMaxPieces: the statistics start on the first.
+  const int64_t pieces = (p.sh.slice_vecs + kern::kVecsPerThread * p.threads - 1) / (kern::kVecsPerThread * p.threads);
+  if (pieces > kern::kMaxPieces) return ClusterPlan{};  // past what shared memory holds anyway
   p.sh.piece_vecs = (p.sh.slice_vecs + pieces - 1) / pieces;
   p.smem = size_t(2 * p.sh.slice_vecs * 16);
   return p;
