@@ -7,8 +7,8 @@
 //            again: the fallback for unaligned rows (odd vocabularies) and rows too long for a cluster.
 // Passes per row: 1. statistics (max and sum of exponentials; the KLs' loss sums on the way): online in the classic
 // kernel, against each piece's maxima in the cluster kernel; 2. only JSD and TVD: the row sums their gradient needs
-// (KL(q || m), sum q sign(q - p)); 3. the gradient: the cluster kernel keeps each element's two gradient terms in
-// place of its inputs after pass 1 (forward KL) or 2 (JSD, TVD), so pass 3 takes no exponential. All math fp32, exp2
+// (KL(q || m), sum q sign(q - p)); 3. the gradient: for JSD and TVD the cluster kernel keeps each element's gradient
+// terms in place of its inputs after pass 2, so their pass 3 takes no exponential or logarithm. All math fp32, exp2
 // and log2 on the SFU (ex2.approx, lg2.approx), 64-bit row offsets.
 #pragma once
 
@@ -33,7 +33,7 @@ using cuda::to_f;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr int kThreads = 256;      // both kernels' block size at most
 constexpr int kMaxCluster = 8;     // the portable maximum
-constexpr int kMaxPieces = 8;      // bulk copies per block (each of the student and the teacher), one mbarrier each
+constexpr int kMaxPieces = 10;     // bulk copies per block (each of the student and the teacher), one mbarrier each
 constexpr int kStatBytes = 24;     // what one block sends each block in the first exchange: six floats
 constexpr int kSumBytes = 8;       // ... and in the second: two floats
 constexpr int kStaticSmem = 1024;  // the cluster kernel's static shared memory, at most (the launcher plans with it)
@@ -234,41 +234,43 @@ __device__ __forceinline__ Elem elem(float z, float t, const Row& r, const RowAr
   return e;
 }
 
-// Pass 2: JSD's KL(p || m) and KL(q || m), or TVD's 0.5 |q - p| and q sign(q - p). ka and kb: the element's gradient
-// as ka - k kb up to a factor (JSD: q (x - log m) and q; TVD: q sign(q - p) and q), which the cluster kernel keeps.
-// JSD works in base 2 (x2 = log2 q is q's exponent, so it costs no extra instruction): its sums and ka are ln 2 short,
-// which finish_sums and the gradient's factor put back.
+// Pass 2: JSD's KL(p || m) and KL(q || m), or TVD's 0.5 |q - p| and q sign(q - p). JSD works in base 2 (x2 = log2 q
+// is q's exponent): its sums are ln 2 short, which finish_sums puts back.
+// The cluster kernel also keeps, per element, what its gradient needs: ka, JSD's log2(q / m) (0 where q is 0) or TVD's
+// sign(q - p), and kb = uq, the element's q as 2^(z-term - uz) with q = uq fz. uz is the largest z-term this thread
+// saw, so uq lies in [0, 1] and fp16 keeps it to 2^-12 down to 2^-14 of the thread's largest q (a row's probabilities
+// span far more than fp16's range; relative to each thread's largest, the ones that carry the gradient keep their
+// precision); fz = 2^(uz - lse2z). The plain form: uz = lse2z, fz = 1.
 template <Kind K, bool kProbs>
-__device__ __forceinline__ void add_sums(Sums& s, float z, float t, const Row& r, const RowArgs& a, float& ka,
-                                         float& kb) {
+__device__ __forceinline__ void add_sums(Sums& s, float z, float t, const Row& r, const RowArgs& a, float uz, float fz,
+                                         float& ka, float& kb) {
+  kb = exp2_fast(fmaf(z, a.z_scale, -uz));
+  const float q = kb * fz;
+  float y2, p;
+  if constexpr (kProbs) {
+    p = t;
+    y2 = log2_fast(t);
+  } else {
+    y2 = fmaf(t, a.t_scale, -r.lse2t);
+    p = exp2_fast(y2);
+  }
   if constexpr (K == Kind::kJSD) {
-    const float x2 = fmaf(z, a.z_scale, -r.lse2z), q = exp2_fast(x2);
-    float y2, p;
-    if constexpr (kProbs) {
-      p = t;
-      y2 = log2_fast(t);
-    } else {
-      y2 = fmaf(t, a.t_scale, -r.lse2t);
-      p = exp2_fast(y2);
-    }
+    const float x2 = fmaf(z, a.z_scale, -r.lse2z);
     const float lm2 = log2_fast(fmaf(a.beta, p - q, q));  // log2(b p + (1 - b) q)
     if (p > 0.f) s.a += p * (y2 - lm2);
-    ka = q > 0.f ? q * (x2 - lm2) : 0.f;
-    kb = q;
-    s.b += ka;
+    ka = q > 0.f ? x2 - lm2 : 0.f;
+    s.b += q * ka;
   } else {
-    const Elem e = elem<kProbs>(z, t, r, a);
-    const float d = e.q - e.p;
+    const float d = q - p;
     s.a += 0.5f * fabsf(d);
-    ka = d > 0.f ? e.q : d < 0.f ? -e.q : 0.f;
-    kb = e.q;
-    s.b += ka;
+    ka = d > 0.f ? 1.f : d < 0.f ? -1.f : 0.f;
+    s.b += ka * q;
   }
 }
 template <Kind K, bool kProbs>
 __device__ __forceinline__ void add_sums(Sums& s, float z, float t, const Row& r, const RowArgs& a) {
   float ka, kb;
-  add_sums<K, kProbs>(s, z, t, r, a, ka, kb);
+  add_sums<K, kProbs>(s, z, t, r, a, r.lse2z, 1.f, ka, kb);
 }
 
 // The row's loss and k after pass 2.
@@ -396,15 +398,14 @@ static_assert(kMaxPieces * 8 + 3 * 8 + (kThreads / 32) * (sizeof(Stats) + sizeof
 
 // ---- the cluster kernel's passes over its slice -----------------------------------------------------------------
 
-// What an element's student and teacher slots hold once its statistics are taken (forward KL: pass 1; JSD and TVD:
-// pass 2): the two terms of its gradient, grad = c1 ka - c2 kb with c1, c2 per row (and, for forward KL, per piece and
-// thread), so the gradient pass reads two terms and does two multiplies instead of recomputing the exponentials. fp16
-// for 16-bit rows: its 11-bit mantissa is finer than a bf16 or fp16 input's own rounding carries into q and p (a logit
-// off by half a unit in its last place moves its probability by |z| / T times that), and the terms (probabilities and
-// their products with log-ratios) lie within its range. fp32 rows keep floats.
+// What JSD's and TVD's elements keep in place of their student and teacher values after pass 2 (add_sums' ka and
+// kb), so their gradient pass takes no exponential or logarithm: fp16 for 16-bit rows, floats for fp32 rows. TVD's
+// sign is exact; JSD's log-ratio keeps 2^-12 of its size, which shows where q (log q - log m - k) nearly cancels,
+// within 1e-3 of the row's largest gradient (docs/performance/distillation.md). The forward KL's gradient, q sp - p,
+// subtracts two probabilities that are close wherever the student is good, so its pass 3 recomputes both from the
+// inputs in fp32 rather than from rounded copies.
 template <class T>
 using Kept = std::conditional_t<sizeof(T) == 2, __half, float>;
-constexpr bool keeps_terms(Kind k) { return k != Kind::kReverseKL; }
 constexpr int kVecsPerThread = 3;  // a thread's vectors of one piece, at most (the launcher's plan keeps to it)
 
 // A 16-byte vector of this block's shared memory (32-bit shared addresses, computed once per pass: through a generic
@@ -475,20 +476,16 @@ __device__ __forceinline__ void raise_max(float& ref, float m, float& s1, float&
 
 // Pass 1 for one element against fixed references uz, ut (exp2-domain maxima, so every exponential is at most 1).
 // kLogits: the teacher is logits (its weights are exponentials, and the forward KL's loss term is summed as w (t - z),
-// a factor 1 / T short). Returns the forward KL's kept terms: the student's exponential and the teacher's weight.
+// a factor 1 / T short).
 template <Kind K, bool kProbs, bool kLogits>
-__device__ __forceinline__ void accumulate_fixed(Stats& s, float z, float t, float uz, float ut, const RowArgs& a,
-                                                 float& ka, float& kb) {
+__device__ __forceinline__ void accumulate_fixed(Stats& s, float z, float t, float uz, float ut, const RowArgs& a) {
   const float ez = exp2_fast(fmaf(z, a.z_scale, -uz));
   s.sz += ez;
   if constexpr (K == Kind::kReverseKL)
     if (ez > 0.f) s.rz += ez * (z * a.inv_temp - teacher_log<kProbs>(t, a));
-  ka = ez;
-  kb = 0.f;
   if constexpr (K == Kind::kForwardKL || kLogits) {
     const float w = kProbs ? t : exp2_fast(fmaf(t, a.t_scale, -ut));
     s.st += w;
-    kb = w;
     if constexpr (K == Kind::kForwardKL)
       if (w > 0.f) s.rt += w * (kLogits ? t - z : teacher_log<kProbs>(t, a) - z * a.inv_temp);
   }
@@ -496,12 +493,11 @@ __device__ __forceinline__ void accumulate_fixed(Stats& s, float z, float t, flo
 
 // Pass 1 over this thread's vectors of one piece (k = first + tid + j * nthr < end, at most kVecsPerThread), into the
 // thread's running entry st: their maxima from the packed values raise st's references, then every element's
-// exponentials are taken against those, in registers; forward KL writes the kept terms back in place. uz, ut: the
-// references this piece's kept terms used. With kLogits the forward KL's st.rt is a factor 1 / T short (the caller
-// puts it back after the last piece).
+// exponentials are taken against those, in registers. With kLogits the forward KL's st.rt is a factor 1 / T short (the
+// caller puts it back after the last piece).
 template <class T, Kind K, bool kProbs, bool kLogits>
 __device__ __forceinline__ void pass1_piece(Stats& st, uint32_t xs, uint32_t ts, uint32_t first, uint32_t end,
-                                            const RowArgs& a, float& uz, float& ut) {
+                                            const RowArgs& a) {
   constexpr int V = kVec<T>;
   const uint32_t tid = threadIdx.x, nthr = blockDim.x;
   uint4 zv[kVecsPerThread], tv[kVecsPerThread];
@@ -517,21 +513,16 @@ __device__ __forceinline__ void pass1_piece(Stats& st, uint32_t xs, uint32_t ts,
   }
   raise_max(st.mz, max_of<T>(zv, live) * a.z_scale, st.sz, st.rz);
   if constexpr (kLogits) raise_max(st.mt, max_of<T>(tv, live) * a.t_scale, st.st, st.rt);
-  uz = st.mz == -INFINITY ? 0.f : st.mz;  // all -inf so far: every exponential is 0 against any finite value
-  ut = st.mt == -INFINITY ? 0.f : st.mt;  // (0 where the teacher's maximum is not tracked)
+  const float uz = st.mz == -INFINITY ? 0.f : st.mz;  // all -inf so far: every exponential is 0 against any finite
+  const float ut = st.mt == -INFINITY ? 0.f : st.mt;  // value (ut: 0 where the teacher's maximum is not tracked)
 #pragma unroll
   for (int j = 0; j < kVecsPerThread; ++j)
     if (live[j]) {
-      float z[V], t[V], ka[V], kb[V];
+      float z[V], t[V];
       unpack<T>(zv[j], z);
       unpack<T>(tv[j], t);
 #pragma unroll
-      for (int e = 0; e < V; ++e) accumulate_fixed<K, kProbs, kLogits>(st, z[e], t[e], uz, ut, a, ka[e], kb[e]);
-      if constexpr (K == Kind::kForwardKL) {
-        const uint32_t k = first + tid + j * nthr;
-        sts16(xs + 16 * k, cuda::pack16<Kept<T>>(ka));
-        sts16(ts + 16 * k, cuda::pack16<Kept<T>>(kb));
-      }
+      for (int e = 0; e < V; ++e) accumulate_fixed<K, kProbs, kLogits>(st, z[e], t[e], uz, ut, a);
     }
 }
 
@@ -592,18 +583,16 @@ __global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, Sl
   if (csize > 1) __cluster_barrier_arrive_relaxed();  // waited for before the first exchange
   __syncthreads();
 
-  // Pass 1, piece by piece as the copies land, each against the running maxima of this thread's vectors (kz, kt: the
-  // forward KL's kept exponentials are relative to them); the tail (last block) from global memory, kept in registers
-  // for the later passes.
+  // Pass 1, piece by piece as the copies land, each against the running maxima of this thread's vectors; the tail
+  // (last block) from global memory, kept in registers for the later passes.
   Stats st = empty_stats(a);
-  float kz[kMaxPieces], kt[kMaxPieces];
   for (int p = 0; p < pieces; ++p) {
     cuda::mbar_wait(&bars[p], 0);
     const uint32_t first = uint32_t(p * sh.piece_vecs), end = uint32_t(min(count, (p + 1) * sh.piece_vecs));
     if (!kProbs && a.teacher_logits)
-      pass1_piece<T, K, kProbs, !kProbs>(st, xa, ta, first, end, a, kz[p], kt[p]);
+      pass1_piece<T, K, kProbs, !kProbs>(st, xa, ta, first, end, a);
     else
-      pass1_piece<T, K, kProbs, false>(st, xa, ta, first, end, a, kz[p], kt[p]);
+      pass1_piece<T, K, kProbs, false>(st, xa, ta, first, end, a);
   }
   if (K == Kind::kForwardKL && !kProbs && a.teacher_logits) st.rt *= a.inv_temp;
   float zt = 0.f, tt = 0.f;
@@ -613,6 +602,7 @@ __global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, Sl
     const float z1[1] = {zt}, t1[1] = {tt};
     accumulate<K, kProbs, 1>(st, z1, t1, a);
   }
+  const float thread_mz = st.mz;  // at least every z-term this thread holds (pass 2's reference)
   st = block_merge(st, warp_stats, a);
   if (csize > 1) {
     __cluster_barrier_wait();  // every block running and its barriers initialised before anyone writes into it
@@ -622,8 +612,11 @@ __global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, Sl
   }
   Row r = finish_stats<K>(st, a);
 
-  // Pass 2 (JSD, TVD), each vector's kept terms written over it (in pass 1's order, as pass 3 reads them: every
-  // thread reads back what it wrote).
+  // Pass 2 (JSD, TVD) in pass 1's order, each vector's kept terms written over it when a gradient is wanted: every
+  // thread reads back only what it wrote.
+  // uz: the reference of the kept q's (see add_sums); a thread that saw only -inf keeps q's of 0 against the lse
+  // itself.
+  const float uz = thread_mz == -INFINITY ? r.lse2z : thread_mz, fz = exp2_fast(uz - r.lse2z);
   if constexpr (needs_sums(K)) {
     Sums s = empty_sums(a);
     for (int p = 0; p < pieces; ++p) {
@@ -633,9 +626,11 @@ __global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, Sl
         unpack<T>(lds16(xa + 16 * k), z);
         unpack<T>(lds16(ta + 16 * k), tv);
 #pragma unroll
-        for (int e = 0; e < V; ++e) add_sums<K, kProbs>(s, z[e], tv[e], r, a, ka[e], kb[e]);
-        sts16(xa + 16 * k, cuda::pack16<Kept<T>>(ka));
-        sts16(ta + 16 * k, cuda::pack16<Kept<T>>(kb));
+        for (int e = 0; e < V; ++e) add_sums<K, kProbs>(s, z[e], tv[e], r, a, uz, fz, ka[e], kb[e]);
+        if (g) {
+          sts16(xa + 16 * k, cuda::pack16<Kept<T>>(ka));
+          sts16(ta + 16 * k, cuda::pack16<Kept<T>>(kb));
+        }
       }
     }
     if (tid < tail) add_sums<K, kProbs>(s, zt, tt, r, a);
@@ -651,38 +646,38 @@ __global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, Sl
   cuda::grid_dependency_wait();  // launched as the totals kernel's dependent: the count the means divide by
   if (!g) return;
 
-  // Pass 3: the gradient, 16-byte stores. Piece by piece in pass 1's order (a thread reads the vectors it wrote).
+  // Pass 3: the gradient, 16-byte stores, in pass 1's order. JSD: coef (1 - b) q (ln2 log2(q / m) - k); TVD:
+  // coef / 2 q (sign - k); with q = kb fz both are kb (c1 ka - c2). The KLs recompute theirs from the inputs, the
+  // forward KL's coef (q sp - p) with its factors folded into the exponents: 2^(z-term - oq) - 2^(t-term - op).
   const float coef = grad_coef(a);
+  const float c = coef * (K == Kind::kJSD ? 1.f - a.beta : 0.5f) * fz;
+  const float c1 = K == Kind::kJSD ? c * kLn2 : c, c2 = c * r.k;
+  const float oq = r.lse2z - log2_fast(coef * r.sp), op = r.lse2t - log2_fast(coef);
   uint4* gv = reinterpret_cast<uint4*>(g) + v0;
   for (int p = 0; p < pieces; ++p) {
     const uint32_t first = uint32_t(p * sh.piece_vecs), end = uint32_t(min(count, (p + 1) * sh.piece_vecs));
-    if constexpr (keeps_terms(K)) {
-      float c1, c2;
-      if constexpr (K == Kind::kForwardKL) {  // coef (q sp - p), q = ez 2^(kz - lse2z), p = w 2^(kt - lse2t)
-        c1 = coef * r.sp * exp2_fast(kz[p] - r.lse2z);
-        c2 = coef * exp2_fast(kt[p] - r.lse2t);
-      } else {  // JSD: coef (1 - b) (ka ln 2 - k q); TVD: coef / 2 (ka - k q)
-        const float f = coef * (K == Kind::kJSD ? 1.f - a.beta : 0.5f);
-        c1 = K == Kind::kJSD ? f * kLn2 : f;
-        c2 = f * r.k;
-      }
-      for (uint32_t k = first + tid; k < end; k += nthr) {
-        float ka[V], kb[V], out[V];
+    for (uint32_t k = first + tid; k < end; k += nthr) {
+      float out[V];
+      if constexpr (needs_sums(K)) {
+        float ka[V], kb[V];
         cuda::unpack16<Kept<T>>(lds16(xa + 16 * k), ka);
         cuda::unpack16<Kept<T>>(lds16(ta + 16 * k), kb);
 #pragma unroll
-        for (int e = 0; e < V; ++e) out[e] = fmaf(c1, ka[e], -c2 * kb[e]);
-        __stcg(gv + k, cuda::pack16<T>(out));
-      }
-    } else {
-      for (uint32_t k = first + tid; k < end; k += nthr) {
-        float z[V], tv[V], out[V];
+        for (int e = 0; e < V; ++e) out[e] = kb[e] * fmaf(c1, ka[e], -c2);
+      } else {
+        float z[V], tv[V];
         unpack<T>(lds16(xa + 16 * k), z);
         unpack<T>(lds16(ta + 16 * k), tv);
 #pragma unroll
-        for (int e = 0; e < V; ++e) out[e] = grad_elem<K, kProbs>(z[e], tv[e], r, coef, a);
-        __stcg(gv + k, cuda::pack16<T>(out));
+        for (int e = 0; e < V; ++e) {
+          if constexpr (K == Kind::kForwardKL)
+            out[e] = exp2_fast(fmaf(z[e], a.z_scale, -oq)) -
+                     (kProbs ? coef * tv[e] : exp2_fast(fmaf(tv[e], a.t_scale, -op)));
+          else
+            out[e] = grad_elem<K, kProbs>(z[e], tv[e], r, coef, a);
+        }
       }
+      __stcg(gv + k, cuda::pack16<T>(out));
     }
   }
   if (tid < tail) g[nvec * V + tid] = from_f<T>(grad_elem<K, kProbs>(zt, tt, r, coef, a));

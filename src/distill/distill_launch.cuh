@@ -40,7 +40,9 @@ inline ClusterPlan cluster_plan(int64_t nvec, const cuda::DeviceLimits& d) {
   // Pieces of up to kVecsPerThread vectors a thread (pass 1 holds a thread's vectors of a piece in registers and pays
   // a fixed cost per piece), at most kMaxPieces: the statistics start on the first.
   const int64_t pieces = (p.sh.slice_vecs + kern::kVecsPerThread * p.threads - 1) / (kern::kVecsPerThread * p.threads);
-  if (pieces > kern::kMaxPieces) return ClusterPlan{};  // past what shared memory holds anyway
+  // kMaxPieces x kVecsPerThread x kThreads vectors (122 KB of each input) is more than a block's shared memory holds
+  static_assert(kern::kMaxPieces * kern::kVecsPerThread * kern::kThreads * 32 > 232448, "pieces for a full slice");
+  if (pieces > kern::kMaxPieces) return ClusterPlan{};
   p.sh.piece_vecs = (p.sh.slice_vecs + pieces - 1) / pieces;
   p.smem = size_t(2 * p.sh.slice_vecs * 16);
   return p;
