@@ -155,6 +155,16 @@ bool rows_aligned(const RowMatrix& m) {
   return cuda::aligned16(m.data) && (m.rows <= 1 || (m.row_stride * dtype_bytes(m.dtype)) % 16 == 0);
 }
 
+// The cluster kernel's condition: whole elements, and the gradient's rows as far from a 16-byte boundary as the
+// logits' rows (in place, or the same layout), so one row's vectors line up in both.
+bool rows_alike(const RowMatrix& x, const RowMatrix& g) {
+  const int64_t b = dtype_bytes(x.dtype);
+  const uintptr_t xp = reinterpret_cast<uintptr_t>(x.data), gp = reinterpret_cast<uintptr_t>(g.data);
+  if (xp % uintptr_t(b) != 0) return false;
+  if (g.data == nullptr) return true;
+  return (xp - gp) % 16 == 0 && (x.rows <= 1 || ((x.row_stride - g.row_stride) * b) % 16 == 0);
+}
+
 }  // namespace
 
 KernelChoice row_kernel_choice() {
@@ -213,10 +223,12 @@ void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   launch_totals(a, ws, s);
   if (rows > 0) {
     const bool vec = rows_aligned(p.logits) && (!p.grad.data || rows_aligned(p.grad));
+    const bool alike = rows_alike(p.logits, p.grad);
     const KernelChoice k = row_kernel_choice();
     // As the totals kernel's programmatic dependent: every block of the cluster kernel waits for the totals kernel
     // before it ends (ignored rows too), so the finish kernel, which waits for the row grid alone, sees the totals.
-    TIGON_SWITCH_FLOAT(p.logits.dtype, T, g_last_kernel = launch_rows_as<T>(a, vec, k, s, /*follows_totals=*/true));
+    TIGON_SWITCH_FLOAT(p.logits.dtype, T,
+                       g_last_kernel = launch_rows_as<T>(a, vec, alike, k, s, /*follows_totals=*/true));
   }
   launch_finish(a, p.loss, p.z_loss, p.accuracy, p.reduction, s, /*follows_rows=*/true);
 }

@@ -179,10 +179,11 @@ __device__ __forceinline__ void accumulate(RowStats& st, const uint4 (&u)[U], in
 }
 
 // One logit at column c (tails, unaligned rows): its argmax column is known at once. A thread's first column wins
-// while it has seen no maximum (all -inf so far), as the first of equal values.
-template <int O>
+// while it has seen no maximum (all -inf so far), as the first of equal values. kPrecedes: c comes before every column
+// the thread has seen, so it also wins a tie.
+template <int O, bool kPrecedes = false>
 __device__ __forceinline__ void accumulate1(RowStats& st, float x, int64_t c, const RowArgs& a) {
-  if (x > st.best || st.arg < 0) {
+  if (x > st.best || (kPrecedes && x == st.best) || st.arg < 0) {
     st.best = x;
     st.arg = c;
   }
@@ -342,28 +343,28 @@ __device__ __forceinline__ void fix_target(T* grad, float xr, const GradCoef& k,
 }
 
 // Pass 1 over this thread's vectors first, first + step, ... < end (vector indices in the row), U loads issued
-// together per group; load(k) reads vector k.
+// together per group; load(k) reads vector k, which holds columns c_base + k * V + [0, V).
 template <class T, int O, int U, class Load>
 __device__ __forceinline__ void stats_pass(RowStats& st, uint32_t first, uint32_t end, uint32_t step, const RowArgs& a,
-                                           Load load) {
+                                           Load load, int64_t c_base = 0) {
   constexpr int V = kVec<T>;
   uint32_t k = first;
   for (; k + (U - 1) * step < end; k += U * step) {
     uint4 u[U];
 #pragma unroll
     for (int j = 0; j < U; ++j) u[j] = load(k + j * step);
-    accumulate<T, O, U>(st, u, int64_t(k) * V, int64_t(step) * V, a);
+    accumulate<T, O, U>(st, u, c_base + int64_t(k) * V, int64_t(step) * V, a);
   }
   for (; k < end; k += step) {
     const uint4 u[1] = {load(k)};
-    accumulate<T, O, 1>(st, u, int64_t(k) * V, int64_t(step) * V, a);
+    accumulate<T, O, 1>(st, u, c_base + int64_t(k) * V, int64_t(step) * V, a);
   }
 }
 
 // Pass 2 over the same vectors: store(k, gradient of vector k).
 template <class T, int O, bool kFold, int U, class Load, class Store>
 __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, uint32_t end, uint32_t step,
-                                          const RowArgs& a, Load load, Store store) {
+                                          const RowArgs& a, Load load, Store store, int64_t c_base = 0) {
   constexpr int V = kVec<T>;
   uint32_t k = first;
   for (; k + (U - 1) * step < end; k += U * step) {
@@ -371,9 +372,10 @@ __device__ __forceinline__ void grad_pass(const GradCoef& kc, uint32_t first, ui
 #pragma unroll
     for (int j = 0; j < U; ++j) u[j] = load(k + j * step);
 #pragma unroll
-    for (int j = 0; j < U; ++j) store(k + j * step, grad_vec<T, O, kFold>(u[j], int64_t(k + j * step) * V, kc, a));
+    for (int j = 0; j < U; ++j)
+      store(k + j * step, grad_vec<T, O, kFold>(u[j], c_base + int64_t(k + j * step) * V, kc, a));
   }
-  for (; k < end; k += step) store(k, grad_vec<T, O, kFold>(load(k), int64_t(k) * V, kc, a));
+  for (; k < end; k += step) store(k, grad_vec<T, O, kFold>(load(k), c_base + int64_t(k) * V, kc, a));
 }
 
 // What finish_row reads from global memory besides the statistics: the totals (the totals kernel's) and the target's

@@ -143,21 +143,25 @@ inline const char* cluster_name(int csize) {
 }
 
 template <class T>
-const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaStream_t stream, bool follows_totals) {
+const char* launch_rows_as(const RowArgs& args, bool vec, bool alike, KernelChoice k, cudaStream_t stream,
+                           bool follows_totals) {
   RowArgs a = args;
   a.inv_softcap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
   const char* ran = "classic";
-  vec = vec && a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index a row's vectors in 32 bits
-  // The launcher's own plan, loss only (no gradient), rows of kClassicLossOnlyBytes or more: the classic kernel, whose
-  // plain loads stream one read faster than the cluster kernel's bulk copies there.
+  const bool short_rows = a.cols / kern::kVec<T> < kern::kMaxRowVecs;  // the vector kernels index vectors in 32 bits
+  vec = vec && short_rows;
+  alike = alike && short_rows;
+  // The launcher's own plan, loss only (no gradient), aligned rows of kClassicLossOnlyBytes or more: the classic
+  // kernel, whose plain loads stream one read faster than the cluster kernel's bulk copies there.
   const bool own_plan = k.kind == RowKernel::kCluster && k.cluster == 0;
-  const bool classic_loss = own_plan && a.grad == nullptr && a.cols * int64_t(sizeof(T)) >= kClassicLossOnlyBytes;
+  const bool classic_loss =
+      own_plan && vec && a.grad == nullptr && a.cols * int64_t(sizeof(T)) >= kClassicLossOnlyBytes;
   with_options(a, [&](auto opt) {
     constexpr int O = decltype(opt)::value;
-    if (vec && k.kind != RowKernel::kClassic && !classic_loss) {
+    if (alike && k.kind != RowKernel::kClassic && !classic_loss) {
       // The planned size first, then any other that fits; never a launch error for the choice of size.
       const DeviceLimits d = device_limits();
-      const int64_t nvec = a.cols / kern::kVec<T>;
+      const int64_t nvec = a.cols / kern::kVec<T>;  // the most a row holds, whatever its head
       const ClusterPlan first = cluster_plan(nvec, a.grad != nullptr, k.cluster, d);
       if (launch_cluster<T, O>(a, first, d, stream, follows_totals)) {
         ran = cluster_name(first.csize);
@@ -178,7 +182,7 @@ const char* launch_rows_as(const RowArgs& args, bool vec, KernelChoice k, cudaSt
 
 template <class T>
 void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream) {
-  launch_rows_as<T>(a, vec, row_kernel_choice(), stream);
+  launch_rows_as<T>(a, vec, vec, row_kernel_choice(), stream);
 }
 
 template <class T>
@@ -197,9 +201,9 @@ void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream) {
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
-#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                                        \
-  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);                               \
-  template const char* launch_rows_as<T>(const RowArgs&, bool, KernelChoice, cudaStream_t, bool); \
+#define TIGON_CROSS_ENTROPY_INSTANTIATE(T)                                                              \
+  template void launch_rows<T>(const RowArgs&, bool, cudaStream_t);                                     \
+  template const char* launch_rows_as<T>(const RowArgs&, bool, bool, KernelChoice, cudaStream_t, bool); \
   template void launch_scale<T>(const ScaleArgs&, bool, cudaStream_t);
 
 }  // namespace tigon::cross_entropy

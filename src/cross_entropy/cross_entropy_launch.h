@@ -58,11 +58,12 @@ KernelChoice row_kernel_choice();
 // vec: 16-byte loads and stores (rows 16-byte aligned); otherwise element by element. Runs row_kernel_choice().
 template <class T>
 void launch_rows(const RowArgs& a, bool vec, cudaStream_t stream);
-// The same with an explicit variant; returns the name of the kernel that ran ("cluster4", "classic").
-// follows_totals: launched right after launch_totals on the same stream, so the cluster kernel may start before the
-// totals kernel ends (programmatic dependent launch; it waits for the totals where it reads them).
+// The same with an explicit variant; returns the name of the kernel that ran ("cluster4", "classic"). alike: the
+// logits' and the gradient's rows share their alignment (and elements are whole), which is all the cluster kernel
+// needs. follows_totals: launched right after launch_totals on the same stream, so the cluster kernel may start before
+// the totals kernel ends (programmatic dependent launch; it waits for the totals where it reads them).
 template <class T>
-const char* launch_rows_as(const RowArgs& a, bool vec, KernelChoice k, cudaStream_t stream,
+const char* launch_rows_as(const RowArgs& a, bool vec, bool alike, KernelChoice k, cudaStream_t stream,
                            bool follows_totals = false);
 template <class T>
 void launch_scale(const ScaleArgs& a, bool vec, cudaStream_t stream);

@@ -1,9 +1,11 @@
-// The cluster row kernel: reads each row of logits from DRAM once (rows 16-byte aligned; the launcher falls back to
-// the classic kernel otherwise) and writes the gradient with 16-byte stores, possibly over the logits. A row is split
-// over a thread block cluster of 1-8 blocks, each holding its slice in shared memory. The bulk copy engine fills the
-// slice in pieces, each completing on its own mbarrier, so the statistics of the first piece overlap the arrival of
-// the rest; the blocks exchange their partial statistics through distributed shared memory, then write the gradient
-// from shared memory.
+// The cluster row kernel: reads each row of logits from DRAM once and writes the gradient with 16-byte stores,
+// possibly over the logits. A row is split over a thread block cluster of 1-8 blocks, each holding its slice in shared
+// memory. Rows need not be 16-byte aligned (odd vocabularies): a row's columns before its first 16-byte boundary, its
+// head, are read one by one by the first block, as the columns after its last whole vector are by the last; the
+// gradient's rows must share the logits' alignment (in place, or laid out alike), which the launcher checks. The bulk
+// copy engine fills the slice in pieces, each completing on its own mbarrier, so the statistics of the first piece
+// overlap the arrival of the rest; the blocks exchange their partial statistics through distributed shared memory, then
+// write the gradient from shared memory.
 //
 // One cluster per row. The launcher sizes slices so that several blocks share an SM (five of ~42 KB for 128256 bf16
 // logits) and their phases (loading, computing, writing) overlap, as far as the block scheduler staggers them. A
@@ -85,6 +87,16 @@ __device__ __forceinline__ float accumulate_tail(RowStats& st, const T* x, int64
   return v;
 }
 
+// The first block's head columns (before the row's first 16-byte boundary, fewer than V), one per thread, into st,
+// after the thread's vectors; the thread's logit (0 for none). A head column precedes all of them: it wins a tie.
+template <class T, int O>
+__device__ __forceinline__ float accumulate_head(RowStats& st, const T* x, int head, const RowArgs& a) {
+  if (int(threadIdx.x) >= head) return 0.f;
+  const float v = to_f<T>(x[threadIdx.x]);
+  accumulate1<O, true>(st, v, threadIdx.x, a);
+  return v;
+}
+
 // The row is read by the bulk copy with no L2 hint and the gradient stored with st.global.cg. On an H200, bf16
 // 8192 x 128256 with a gradient, the read with no hint ran 4% faster than with evict_first or evict_normal (1041
 // against 1087 us, in place and out of place); evict_first or .cs stores ran 5% slower. evict_last reads ran 0.8%
@@ -103,12 +115,17 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   const int csize = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int tid = int(threadIdx.x), nthr = int(blockDim.x);
   const int64_t row = blockIdx.x / csize;
-  const int64_t nvec = a.cols / V, v0 = rank * sh.slice_vecs;  // nvec < kMaxRowVecs: 32-bit vector indices below
-  const int64_t count = v0 < nvec ? min(sh.slice_vecs, nvec - v0) : 0, v_end = v0 + count;
-  const int tail = rank == csize - 1 ? int(a.cols - nvec * V) : 0;  // the last block: columns after whole vectors
-  const int pieces = int((count + sh.piece_vecs - 1) / sh.piece_vecs);
   const T* x = static_cast<const T*>(a.logits) + row * a.x_stride;
   T* grad = a.grad ? static_cast<T*>(a.grad) + row * a.g_stride : nullptr;
+  // The row's vectors start at its first 16-byte boundary, after `head` columns (0 for aligned rows; the first block
+  // reads them); vector k holds columns head + k V + [0, V).
+  const int head = int(min(a.cols, int64_t(((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) / sizeof(T))));
+  const int first_head = rank == 0 ? head : 0;
+  const T* xb = x + head;
+  const int64_t nvec = (a.cols - head) / V, v0 = rank * sh.slice_vecs;  // nvec < kMaxRowVecs: 32-bit indices below
+  const int64_t count = v0 < nvec ? min(sh.slice_vecs, nvec - v0) : 0, v_end = v0 + count;
+  const int tail = rank == csize - 1 ? int(a.cols - head - nvec * V) : 0;  // the last block: columns after them
+  const int pieces = int((count + sh.piece_vecs - 1) / sh.piece_vecs);
   const int64_t t = load_target(a, row);
   // The finish kernel, launched as this grid's programmatic dependent, may start once every block has started; it
   // waits for this grid's end before reading anything.
@@ -117,9 +134,10 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   if (t == a.ignore_index) {  // the same in every block of the cluster: none of them reads or exchanges anything
     if (rank == 0 && tid == 0) write_ignored(a, row);
     if (grad) {
-      uint4* gv = reinterpret_cast<uint4*>(grad);
+      uint4* gv = reinterpret_cast<uint4*>(grad + head);
       for (int64_t k = v0 + tid; k < v_end; k += nthr) __stcg(gv + k, make_uint4(0, 0, 0, 0));
-      if (tid < tail) grad[nvec * V + tid] = from_f<T>(0.f);
+      if (tid < first_head) grad[tid] = from_f<T>(0.f);
+      if (tid < tail) grad[head + nvec * V + tid] = from_f<T>(0.f);
     }
     // Launched as the totals kernel's dependent, no block may end before the totals do: the finish kernel after this
     // one waits for this grid alone, and reads the totals (a grid of ignored rows only would otherwise let it run
@@ -137,7 +155,7 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
       const int64_t first = p * sh.piece_vecs;
       const uint32_t bytes = uint32_t(min(sh.piece_vecs, count - first) * 16);
       cuda::mbar_arrive_expect_tx(&bars[p], bytes);
-      cuda::bulk_copy_g2s(slice + first, x + (v0 + first) * V, bytes, &bars[p]);
+      cuda::bulk_copy_g2s(slice + first, xb + (v0 + first) * V, bytes, &bars[p]);
     }
   }
   // Every block of the cluster must be running before another writes into its shared memory: arrive now, wait
@@ -155,12 +173,14 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
   for (int p = 0; p < pieces; ++p) {
     cuda::mbar_wait(&bars[p], 0);
     const int64_t first = v0 + p * sh.piece_vecs;
-    stats_pass<T, O, U>(st, uint32_t(first + tid), uint32_t(min(v_end, first + sh.piece_vecs)), nthr, a, from_slice);
+    stats_pass<T, O, U>(st, uint32_t(first + tid), uint32_t(min(v_end, first + sh.piece_vecs)), nthr, a, from_slice,
+                        head);
   }
   if (a.want_arg)
-    resolve_arg<T, U>(st, int64_t(nthr) * V, (v0 + tid) * V, v_end * V,
-                      [&](int64_t c) { return from_slice(uint32_t(c / V)); });
-  const float xtail = accumulate_tail<T, O>(st, x, nvec * V, tail, a);
+    resolve_arg<T, U>(st, int64_t(nthr) * V, head + (v0 + tid) * V, head + v_end * V,
+                      [&](int64_t c) { return from_slice(uint32_t((c - head) / V)); });
+  const float xhead = accumulate_head<T, O>(st, x, first_head, a);
+  const float xtail = accumulate_tail<T, O>(st, x, head + nvec * V, tail, a);
   cuda::grid_dependency_wait();  // launched as the totals kernel's dependent: its totals, which finish_row reads
   const RowTotals tot = load_totals(a, t);  // in flight through the merges and the exchange
   st = block_merge(st, warp_stats, a);
@@ -170,16 +190,18 @@ __global__ void __launch_bounds__(kClusterThreads, 3) cluster_rows_kernel(RowArg
 
   with_fold(k, [&](auto fold) {
     constexpr bool F = decltype(fold)::value;
-    uint4* gv = reinterpret_cast<uint4*>(grad);
-    grad_pass<T, O, F, U>(k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
-                          [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); });
+    uint4* gv = reinterpret_cast<uint4*>(grad + head);
+    grad_pass<T, O, F, U>(
+        k, uint32_t(v0 + tid), uint32_t(v_end), nthr, a, from_slice,
+        [&](uint32_t j, const uint4& g) { __stcg(gv + j, g); }, head);
+    if (tid < first_head) grad[tid] = from_f<T>(grad_elem<O, F>(xhead, tid, tid == t, k, a));
     if (tid < tail) {
-      const int64_t c = nvec * V + tid;
+      const int64_t c = head + nvec * V + tid;
       grad[c] = from_f<T>(grad_elem<O, F>(xtail, c, c == t, k, a));
     }
-    const int64_t kt = t / V;  // the target's vector: its thread adds the one-hot term
-    if (t >= 0 && kt >= v0 && kt < v_end && int(kt - v0) % nthr == tid)  // kt - v0 < slice_vecs: 32 bits
-      fix_target<T, O, F>(grad, to_f<T>(reinterpret_cast<const T*>(slice)[t - v0 * V]), k, a);
+    const int64_t kt = (t - head) / V;  // the target's vector: its thread adds the one-hot term
+    if (t >= head && kt >= v0 && kt < v_end && int(kt - v0) % nthr == tid)  // kt - v0 < slice_vecs: 32 bits
+      fix_target<T, O, F>(grad, to_f<T>(reinterpret_cast<const T*>(slice)[t - head - v0 * V]), k, a);
   });
   // No block touches another's shared memory after the exchange barrier, so each may leave once it is done.
 }
