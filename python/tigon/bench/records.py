@@ -163,7 +163,8 @@ def ops_markdown(rows: list[dict], brief: bool = False, part: str | None = None)
     if not run:
         return "(no op rows in the results file)"
     by = {(r["op"], tuple(r["shape"]), r["impl"]): r for r in run}
-    commits = len({r["git_sha"] for r in run}) > 1  # ops re-measured after the full run: each row names its commit
+    # ops re-measured after the full run (the caption's commit): each row names its commit
+    commits = len({r["git_sha"] for r in run} | {base[0]["git_sha"]}) > 1
     out = [
         "| op | shape | tigon fwd / full ms | vs torch eager | vs torch.compile | vs Liger | tigon peak MiB |"
         + (" git |" if commits else ""),
