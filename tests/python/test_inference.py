@@ -381,8 +381,8 @@ def test_cuda_decode_attention_in_the_step_matches_torch(monkeypatch, d, hq, hkv
 @needs_cuda
 @pytest.mark.parametrize("rows", [1, 4, 5, 8, 16, 17])
 def test_cuda_linear_in_the_step_matches_torch(rows):
-    """_ops._linear: Tigon's GEMV up to 16 rows (CUDA cores to 4, tensor cores from 5; F.linear past 16), bf16 against
-    an fp32 reference."""
+    """_ops._linear: Tigon's GEMV up to 4 rows (F.linear from 5), bf16 against an fp32 reference; _ops._projections:
+    Tigon's GEMV over several weights up to 16 rows (CUDA cores to 4, tensor cores from 5)."""
     from tigon.inference import _ops
 
     g = torch.Generator(device="cuda").manual_seed(rows)
@@ -390,6 +390,10 @@ def test_cuda_linear_in_the_step_matches_torch(rows):
     got = _ops._linear(x.bfloat16(), w.bfloat16(), b.bfloat16())
     want = torch.nn.functional.linear(*(t.bfloat16().float() for t in (x, w, b)))
     torch.testing.assert_close(got.float(), want, atol=0.1, rtol=2e-2)
+    lin = [torch.nn.Linear(512, n, device="cuda", dtype=torch.bfloat16) for n in (1000, 200)]
+    for got, m in zip(_ops._projections(x.bfloat16(), lin), lin):
+        want = torch.nn.functional.linear(x.bfloat16().float(), m.weight.float(), m.bias.float())
+        torch.testing.assert_close(got.float(), want, atol=0.1, rtol=2e-2)
 
 
 SPECIAL_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # within the tiny vocabulary
@@ -422,9 +426,9 @@ KERNEL_MODELS = {  # tiny models with head dims Tigon's decode attention takes (
 @needs_cuda
 @pytest.mark.parametrize("name,batch", [(n, 2) for n in KERNEL_MODELS] + [("llama", 8), ("qwen3_moe", 8)])
 def test_cuda_bf16_step_runs_tigon_kernels_and_replays_what_it_ran(monkeypatch, name, batch):
-    """A bf16 model whose decode step calls Tigon's GEMV (tensor cores at batch 8), the cache append and decode
-    attention: the graph replays give the tokens the same step gives run eagerly (the kernels are deterministic), and
-    the kernels were called."""
+    """A bf16 model whose decode step calls Tigon's GEMV (over several weights on tensor cores at batch 8), the cache
+    append and decode attention: the graph replays give the tokens the same step gives run eagerly (the kernels are
+    deterministic), and the kernels were called."""
     from tigon.inference import _ops
 
     config_cls, extra = KERNEL_MODELS[name]
@@ -434,7 +438,7 @@ def test_cuda_bf16_step_runs_tigon_kernels_and_replays_what_it_ran(monkeypatch, 
     )  # fmt: skip
     torch.manual_seed(0)
     model = getattr(transformers, config_cls.replace("Config", "ForCausalLM"))(config).to("cuda", torch.bfloat16).eval()
-    calls = {"gemv": 0, "decode_attention": 0, "append_to_cache": 0}
+    calls = {"gemv": 0, "gemv_parts": 0, "decode_attention": 0, "append_to_cache": 0}
     for fn in calls:
         original = getattr(_ops, fn)
         monkeypatch.setattr(
@@ -448,7 +452,7 @@ def test_cuda_bf16_step_runs_tigon_kernels_and_replays_what_it_ran(monkeypatch, 
         assert opt.tigon_inference.graphs.graphs, "the step was not captured"
         opt.tigon_inference.graphs.enabled = False
         eager = opt.generate(ids, **kw)
-    assert calls["gemv"] > 0 and calls["decode_attention"] > 0 and calls["append_to_cache"] > 0
+    assert calls["gemv"] + calls["gemv_parts"] > 0 and calls["decode_attention"] > 0 and calls["append_to_cache"] > 0
     assert torch.equal(replayed, eager)
 
 

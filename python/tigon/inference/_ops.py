@@ -20,6 +20,9 @@ from tigon.ops.rope import rope
 from tigon.ops.swiglu import geglu, swiglu
 
 GEMV_MAX_ROWS = 16  # the GEMV kernel's design point; more rows are a GEMM's (cuBLAS through F.linear)
+# From 5 rows Tigon's GEMV runs on tensor cores, and on one weight cuBLAS was 15-86% faster there on every decode shape
+# (docs/performance/decode.md); the fused projections (q, k, v; gate and up) keep one pass over x in gemv_parts.
+GEMV_SINGLE_MAX_ROWS = 4
 DECODE_HEAD_DIMS = (64, 80, 96, 128, 256)
 
 
@@ -44,8 +47,8 @@ def _gemv_takes(x: torch.Tensor, weights: list, biases: list) -> bool:
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T (+ bias): every projection of the model, prompt and decode alike (a GEMV at batch 1)."""
-    if _gemv_takes(x, [weight], [bias]):
+    """x @ weight.T (+ bias): every projection of the model, prompt and decode alike (a GEMV at batch 1 to 4)."""
+    if x.numel() <= GEMV_SINGLE_MAX_ROWS * x.shape[-1] and _gemv_takes(x, [weight], [bias]):
         return gemv(x, weight, bias)
     return F.linear(x, weight, bias)
 
