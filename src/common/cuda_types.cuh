@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "common/error.h"
@@ -88,6 +89,39 @@ __device__ __forceinline__ void load_vec_if(bool live, const T* p, float (&out)[
   } else {
 #pragma unroll
     for (int j = 0; j < N; ++j) out[j] = live ? to_f<T>(p[j]) : fill;
+  }
+}
+
+// A 32-bit word of T as floats. bf16 is the top half of an fp32, so a shift (even element) or a mask (odd element);
+// fp16 through the half->float conversion; fp32 as is.
+template <class T>
+__device__ __forceinline__ void unpack_word(uint32_t w, float (&x)[4 / sizeof(T)]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    x[0] = __uint_as_float(w << 16);
+    x[1] = __uint_as_float(w & 0xffff0000u);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    __half2 h;
+    memcpy(&h, &w, 4);
+    const float2 f = __half22float2(h);
+    x[0] = f.x;
+    x[1] = f.y;
+  } else {
+    x[0] = __uint_as_float(w);
+  }
+}
+
+// One 16-byte vector as floats, word by word: a shift or a mask an element for bf16 (the conversion intrinsic
+// takes two instructions for the upper half of each word).
+template <class T>
+__device__ __forceinline__ void unpack_words(const uint4& u, float (&x)[16 / sizeof(T)]) {
+  constexpr int P = 4 / sizeof(T);  // elements per 32-bit word
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float y[P];
+    unpack_word<T>(w[i], y);
+#pragma unroll
+    for (int e = 0; e < P; ++e) x[P * i + e] = y[e];
   }
 }
 

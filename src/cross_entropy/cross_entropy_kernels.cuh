@@ -54,37 +54,8 @@ __device__ __forceinline__ float capped(float x, const RowArgs& a) {
 
 __device__ __forceinline__ float weight_of(const RowArgs& a, int64_t c) { return a.weight ? __ldg(a.weight + c) : 1.f; }
 
-// A 32-bit word of T as floats. bf16 is the top half of an fp32, so a shift (even element) or a mask (odd element);
-// fp16 through the half->float conversion; fp32 as is.
-template <class T>
-__device__ __forceinline__ void unpack_word(uint32_t w, float (&x)[4 / sizeof(T)]) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    x[0] = __uint_as_float(w << 16);
-    x[1] = __uint_as_float(w & 0xffff0000u);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    __half2 h;
-    memcpy(&h, &w, 4);
-    const float2 f = __half22float2(h);
-    x[0] = f.x;
-    x[1] = f.y;
-  } else {
-    x[0] = __uint_as_float(w);
-  }
-}
-
-// One 16-byte vector as floats.
-template <class T>
-__device__ __forceinline__ void unpack(const uint4& u, float (&x)[kVec<T>]) {
-  constexpr int P = 4 / sizeof(T);  // elements per 32-bit word
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float y[P];
-    unpack_word<T>(w[i], y);
-#pragma unroll
-    for (int e = 0; e < P; ++e) x[P * i + e] = y[e];
-  }
-}
+using cuda::unpack_word;
+using cuda::unpack_words;
 
 // 32-bit word i of U vectors (a compile-time i after unrolling: a register).
 template <int U>
@@ -149,7 +120,7 @@ __device__ __forceinline__ void accumulate(RowStats& st, const uint4 (&u)[U], in
   const float vm = group_max<T, U>(u);
   float x[U][V];
 #pragma unroll
-  for (int j = 0; j < U; ++j) unpack<T>(u[j], x[j]);
+  for (int j = 0; j < U; ++j) unpack_words<T>(u[j], x[j]);
   if constexpr ((O & kCap) != 0) {
     if (vm > st.best) {
       st.best = vm;
@@ -206,7 +177,7 @@ __device__ __forceinline__ void resolve_arg(RowStats& st, int64_t cstride, int64
     const int64_t c = st.arg + j * cstride;
     if (c >= end) break;
     float x[kVec<T>];
-    unpack<T>(load(c), x);
+    unpack_words<T>(load(c), x);
     for (int e = 0; e < kVec<T>; ++e)
       if (x[e] == st.best) {
         st.arg = c + e;
@@ -329,7 +300,7 @@ __device__ __forceinline__ float grad_elem(float x, int64_t c, bool target, cons
 template <class T, int O, bool kFold>
 __device__ __forceinline__ uint4 grad_vec(const uint4& u, int64_t c0, const GradCoef& k, const RowArgs& a) {
   float x[kVec<T>], g[kVec<T>];
-  unpack<T>(u, x);
+  unpack_words<T>(u, x);
 #pragma unroll
   for (int e = 0; e < kVec<T>; ++e) g[e] = grad_elem<O, kFold>(x[e], c0 + e, false, k, a);
   return cuda::pack16<T>(g);

@@ -29,6 +29,7 @@ namespace tigon::distill::kern {
 using cuda::exp2_fast;
 using cuda::from_f;
 using cuda::to_f;
+using cuda::unpack_words;
 
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr int kThreads = 256;      // both kernels' block size at most
@@ -419,22 +420,6 @@ __device__ __forceinline__ void sts16(uint32_t addr, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
 }
 
-// A vector as floats; bf16 by shifts and masks (one instruction an element: the conversion intrinsic takes two for
-// the upper half of each word).
-template <class T>
-__device__ __forceinline__ void unpack(const uint4& u, float (&f)[kVec<T>]) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-  } else {
-    cuda::unpack16<T>(u, f);
-  }
-}
-
 // The largest element of the live vectors (-inf for none), compared on the packed 16-bit values.
 template <class T>
 __device__ __forceinline__ float max_of(const uint4 (&v)[kVecsPerThread], const bool (&live)[kVecsPerThread]) {
@@ -519,8 +504,8 @@ __device__ __forceinline__ void pass1_piece(Stats& st, uint32_t xs, uint32_t ts,
   for (int j = 0; j < kVecsPerThread; ++j)
     if (live[j]) {
       float z[V], t[V];
-      unpack<T>(zv[j], z);
-      unpack<T>(tv[j], t);
+      unpack_words<T>(zv[j], z);
+      unpack_words<T>(tv[j], t);
 #pragma unroll
       for (int e = 0; e < V; ++e) accumulate_fixed<K, kProbs, kLogits>(st, z[e], t[e], uz, ut, a);
     }
@@ -623,8 +608,8 @@ __global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, Sl
       const uint32_t first = uint32_t(p * sh.piece_vecs), end = uint32_t(min(count, (p + 1) * sh.piece_vecs));
       for (uint32_t k = first + tid; k < end; k += nthr) {
         float z[V], tv[V], ka[V], kb[V];
-        unpack<T>(lds16(xa + 16 * k), z);
-        unpack<T>(lds16(ta + 16 * k), tv);
+        unpack_words<T>(lds16(xa + 16 * k), z);
+        unpack_words<T>(lds16(ta + 16 * k), tv);
 #pragma unroll
         for (int e = 0; e < V; ++e) add_sums<K, kProbs>(s, z[e], tv[e], r, a, uz, fz, ka[e], kb[e]);
         if (g) {
@@ -660,14 +645,14 @@ __global__ void __launch_bounds__(kThreads, 3) cluster_rows_kernel(RowArgs a, Sl
       float out[V];
       if constexpr (needs_sums(K)) {
         float ka[V], kb[V];
-        cuda::unpack16<Kept<T>>(lds16(xa + 16 * k), ka);
-        cuda::unpack16<Kept<T>>(lds16(ta + 16 * k), kb);
+        unpack_words<Kept<T>>(lds16(xa + 16 * k), ka);
+        unpack_words<Kept<T>>(lds16(ta + 16 * k), kb);
 #pragma unroll
         for (int e = 0; e < V; ++e) out[e] = kb[e] * fmaf(c1, ka[e], -c2);
       } else {
         float z[V], tv[V];
-        unpack<T>(lds16(xa + 16 * k), z);
-        unpack<T>(lds16(ta + 16 * k), tv);
+        unpack_words<T>(lds16(xa + 16 * k), z);
+        unpack_words<T>(lds16(ta + 16 * k), tv);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           if constexpr (K == Kind::kForwardKL)
