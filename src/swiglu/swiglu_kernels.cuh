@@ -7,6 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
+#include "common/activation_fast.cuh"
 #include "common/activation_math.cuh"
 #include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
@@ -43,14 +46,57 @@ constexpr int pointwise(int glu) {
   return glu == TIGON_GLU_SILU ? TIGON_ACT_SILU : glu == TIGON_GLU_GELU_TANH ? TIGON_ACT_GELU_TANH : TIGON_ACT_GELU_ERF;
 }
 
-template <int Act>
-__device__ __forceinline__ float act_fwd(float x) {
-  return cuda::act_fwd<pointwise(Act)>(x);
+// The fast forms with their rounding certificate (common/activation_fast.cuh) for 16-bit types: the kernels store
+// act(x) rounded to T, which the certificate covers. fp32 keeps the accurate forms (nothing rounds them).
+template <class T, int Act>
+constexpr bool kFast = !std::is_same_v<T, float> && cuda::kHasFastForm<pointwise(Act)>;
+
+// y = act(x) for V elements, each to be rounded to T: the fast form, then the accurate one for the elements whose
+// rounding is in doubt (a branch per element, taken by a warp for a few elements in a thousand).
+template <class T, int Act, int V>
+__device__ __forceinline__ void act_fwd_vec(const float (&x)[V], float (&y)[V]) {
+  constexpr int A = pointwise(Act);
+  if constexpr (kFast<T, Act>) {
+    unsigned doubt = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      bool d;
+      y[j] = cuda::act_fwd_fast<T, A>(x[j], d);
+      doubt |= unsigned(d) << j;
+    }
+    if (doubt) {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (doubt >> j & 1u) y[j] = cuda::act_fwd<A>(x[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) y[j] = cuda::act_fwd<A>(x[j]);
+  }
 }
 
-template <int Act>
-__device__ __forceinline__ float act_bwd(float x, float dy) {
-  return cuda::act_bwd<pointwise(Act)>(x, dy);
+// The backward's two rounded quantities: g = dy act'(x) and f = act(x), as act_fwd_vec.
+template <class T, int Act, int V>
+__device__ __forceinline__ void act_bwd_vec(const float (&x)[V], const float (&dy)[V], float (&g)[V], float (&f)[V]) {
+  constexpr int A = pointwise(Act);
+  if constexpr (kFast<T, Act>) {
+    unsigned doubt = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      bool dg, df;
+      g[j] = cuda::act_bwd_fast<T, A>(x[j], dy[j], dg);
+      f[j] = cuda::act_fwd_fast<T, A>(x[j], df);
+      doubt |= unsigned(dg || df) << j;
+    }
+    if (doubt) {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (doubt >> j & 1u) g[j] = cuda::act_bwd<A>(x[j], dy[j]), f[j] = cuda::act_fwd<A>(x[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[j] = cuda::act_bwd<A>(x[j], dy[j]), f[j] = cuda::act_fwd<A>(x[j]);
+  }
 }
 
 template <class T, int Act, int V>
@@ -69,7 +115,10 @@ __global__ void glu_fwd(FwdArgs p) {
     // Rounded where Hugging Face's `act_fn(a * g) * b` rounds in T (a * 1 and products with 1 are exact: the default
     // costs a few register operations per element, no memory traffic).
 #pragma unroll
-    for (int j = 0; j < V; ++j) c[j] = round_to<T>(act_fwd<Act>(round_to<T>(a[j] * p.gate))) * b[j] * p.down;
+    for (int j = 0; j < V; ++j) a[j] = round_to<T>(a[j] * p.gate);
+    act_fwd_vec<T, Act, V>(a, c);
+#pragma unroll
+    for (int j = 0; j < V; ++j) c[j] = round_to<T>(c[j]) * b[j] * p.down;
     store_vec<T, V>(static_cast<T*>(p.c) + row * p.c_stride + col, c);
   }
 }
@@ -84,12 +133,13 @@ __global__ void glu_bwd(BwdArgs p) {
     load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
     load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
     load_vec<T, V>(static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
+    // The roundings autograd takes through Hugging Face's module: x = a * g and dy = dc * d * b in T, then
+    // da = round(dy act'(x)) * g and db = dc * d * round(act(x)).
 #pragma unroll
-    for (int j = 0; j < V; ++j) {  // the roundings autograd takes through Hugging Face's module
-      const float x = round_to<T>(a[j] * p.gate), u = dc[j] * p.down;
-      da[j] = round_to<T>(act_bwd<Act>(x, round_to<T>(u * b[j]))) * p.gate;
-      db[j] = u * round_to<T>(act_fwd<Act>(x));
-    }
+    for (int j = 0; j < V; ++j) a[j] = round_to<T>(a[j] * p.gate), dc[j] *= p.down, b[j] = round_to<T>(dc[j] * b[j]);
+    act_bwd_vec<T, Act, V>(a, b, da, db);
+#pragma unroll
+    for (int j = 0; j < V; ++j) da[j] = round_to<T>(da[j]) * p.gate, db[j] = dc[j] * round_to<T>(db[j]);
     store_vec<T, V>(static_cast<T*>(p.da) + row * p.da_stride + col, da);
     store_vec<T, V>(static_cast<T*>(p.db) + row * p.db_stride + col, db);
   }

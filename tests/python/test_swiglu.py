@@ -206,6 +206,33 @@ def test_rounds_where_hugging_face_rounds(device, act, dtype, fused):
     assert_same_roundings(db, db_hf, "db")
 
 
+@needs_cuda
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_16_bit_input_rounds_as_torch_does(act, dtype):
+    """On CUDA the op equals Hugging Face's ``act_fn(a) * b`` bit for bit: every 16-bit a (NaNs aside) against dy =
+    dc * b of every sign and bf16 mantissa at two exponents, forward and both gradients. SiLU and tanh-GELU take fast
+    forms whose rounding is certified or recomputed (common/activation_fast.cuh): this is that certificate's proof."""
+    x = torch.arange(-32768, 32768, dtype=torch.int16, device="cuda").view(dtype)
+    x = x[~x.isnan()]
+    mant = 1 + torch.arange(128, device="cuda") / 128
+    dy = torch.cat([mant, mant / 4096, -mant, -mant / 4096]).to(dtype)
+    a = x[:, None].expand(-1, dy.numel()).contiguous().requires_grad_()
+    b = torch.ones_like(a, requires_grad=True)
+    dc = dy[None, :].expand_as(a).contiguous()
+    c = tigon_glu(act, a, b)
+    da, db = torch.autograd.grad(c, (a, b), dc)
+    c_hf = torch_act(act, a) * b
+    da_hf, db_hf = torch.autograd.grad(c_hf, (a, b), dc)
+    for name, got, want in (("c", c, c_hf), ("da", da, da_hf), ("db", db, db_hf)):
+        differ = got.view(torch.int16) != want.view(torch.int16)
+        differ &= ~(got.isnan() & want.isnan())
+        assert not differ.any(), (
+            f"{name}: {int(differ.sum())} of {differ.numel()} elements differ from torch's, first at "
+            f"a = {a[differ][0].item()!r}, dy = {dc[differ][0].item()!r}"
+        )
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("dtype", DTYPES)
