@@ -2,12 +2,12 @@
 //
 // The accurate forms (activation_math.cuh: expf, IEEE division, tanhf) cost ~25 instructions an element and a
 // branch each, which makes an elementwise bf16 kernel issue-bound below the memory rate. Here each activation is
-// computed from ex2.approx and rcp.approx (cuda_types.cuh) together with a bound g on its distance to torch's fp32 value; when no
-// rounding boundary of the 16-bit type lies within g of the fast value, both round to the same 16-bit number, and
-// otherwise (a few elements in ten thousand, more in the far negative tail) the caller recomputes that element with
-// the accurate form. Rounding is monotone, so "round(v - g) == round(v + g)" with the ends rounded outwards is a
-// proof, not an estimate; the bounds g come from the error terms noted at each function and are checked against
-// torch over every 16-bit input (tests/python/test_swiglu.py, the exhaustive test).
+// computed from ex2.approx and rcp.approx (cuda_types.cuh) together with a bound g on its distance to torch's fp32
+// value; when no rounding boundary of the 16-bit type lies within g of the fast value, both round to the same 16-bit
+// number, and otherwise (a few elements in ten thousand, more in the far negative tail) the caller recomputes that
+// element with the accurate form. Rounding is monotone, so "round(v - g) == round(v + g)" with the ends rounded
+// outwards is a proof, not an estimate; the bounds g come from the error terms noted at each function and are checked
+// against torch over every 16-bit input (tests/python/test_swiglu.py, the exhaustive test).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -86,7 +86,11 @@ __device__ __forceinline__ float act_fwd_fast(float x, bool& doubt) {
   }
 }
 
-// dy act'(x), fast, in torch's order of operations (act_bwd<Act>), and whether its rounding to T may differ.
+// dy act'(x), fast, in torch's order of operations (act_bwd<Act>), and whether its rounding to T may differ. The
+// exhaustive test covers every x but dy's mantissas at two exponents: the bounds are relative, and dy scales both
+// forms exactly, except where a step falls below fp32's normal range; there each step may round by 2^-150 more,
+// which kSubnormalSlack covers.
+constexpr float kSubnormalSlack = 0x1p-146f;
 //  - silu, dy s (1 + x (1 - s)) with s = 1 / (1 + e^-x): s moves by < 2^-19.5 s (as above, x >= -16); F moves by
 //    |dy| |1 + x - 2xs| |ds| <= |dy| (1 + 3|x|) 2^-19.5, plus one rounding apart at each of its four steps:
 //    g = (|F| + |dy| (1 + 3|x|)) 2^-18.
@@ -97,14 +101,15 @@ __device__ __forceinline__ float act_bwd_fast(float x, float dy, bool& doubt) {
   if constexpr (Act == TIGON_ACT_SILU) {
     const float s = rcp_fast(1.f + exp2_fast(-x * kFastLog2e));
     const float f = dy * s * (1.f + x * (1.f - s));
-    const float g = (fabsf(f) + fabsf(dy) * (1.f + 3.f * fabsf(x))) * (1.f / (1 << 18));
+    const float g = fmaf(fabsf(f) + fabsf(dy) * (1.f + 3.f * fabsf(x)), 1.f / (1 << 18), kSubnormalSlack);
     doubt = (x < -16.f) | rounding_in_doubt<T>(f, g);
     return f;
   } else {
     static_assert(Act == TIGON_ACT_GELU_TANH, "activations with a fast form: kHasFastForm");
     float inner_derivative;
     const float f = gelu_tanh_bwd_given(x, tanh_fast(gelu_tanh_inner(x)), dy, inner_derivative);
-    const float g = fabsf(dy) * (0.5f + fabsf(x) * inner_derivative) * (1.f / (1 << 19)) + fabsf(f) * (1.f / (1 << 21));
+    const float g = fabsf(dy) * (0.5f + fabsf(x) * inner_derivative) * (1.f / (1 << 19)) +
+                    fmaf(fabsf(f), 1.f / (1 << 21), kSubnormalSlack);
     doubt = rounding_in_doubt<T>(f, g);
     return f;
   }
