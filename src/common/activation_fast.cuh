@@ -40,11 +40,12 @@ __device__ __forceinline__ bool rounding_in_doubt(float v, float g) {
 }
 
 // The same for a relative bound, |v - exact| <= 2^-k |v|. For bf16 it counts fp32 units in the last place, three
-// integer operations: 2^-k |v| is at most 2^(24-k) units of v's binade, twice that across the binade boundary below.
+// integer operations: 2^-k |v| is under 2^(24-k) units of v's binade, and no more steps of the bit pattern across the
+// binade boundary below (the nearest midpoint of another binade is 2^14 steps away).
 template <class T, int K>
 __device__ __forceinline__ bool rounding_in_doubt_rel(float v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    constexpr uint32_t kUnits = 2u << (24 - K);
+    constexpr uint32_t kUnits = 1u << (24 - K);
     return ((__float_as_uint(v) + (kUnits - 0x8000u)) & 0xffffu) <= 2 * kUnits;
   } else {
     return rounding_in_doubt<T>(v, fabsf(v) * (1.f / (1 << K)));
@@ -57,8 +58,9 @@ constexpr bool kHasFastForm = Act == TIGON_ACT_SILU || Act == TIGON_ACT_GELU_TAN
 
 // tanh(u) = 1 - 2 / (1 + 2^(2u log2 e)). Against tanhf: the exponential's argument is rounded once (relative error
 // of e at most |2u log2 e| 2^-24 ln 2, weighed by 2e / (1 + e)^2 <= 0.22 / |2u log2 e| away from 0: <= 2^-25 absolute),
-// ex2.approx (2^-22 relative, weighed by <= 0.5), rcp.approx (2^-23 of 2 / (1 + e) <= 2), the subtraction (2^-25) and
-// tanhf's own 2 ulp (2^-23): |t - tanhf| <= 2^-20.9, taken as 2^-20.
+// ex2.approx (2 ulp from the rounded result, 2^-21.7 relative, weighed by <= 0.5), 1 + e (2^-24, weighed alike),
+// rcp.approx (2^-23 of 2r <= 2), the subtraction (2^-25) and tanhf's own 2 ulp (2^-23): |t - tanhf| < 2^-20.7, taken
+// as 2^-20.
 __device__ __forceinline__ float tanh_fast(float u) {
   return 1.f - 2.f * rcp_fast(1.f + exp2_fast(u * (2.f * kFastLog2e)));
 }
@@ -66,8 +68,9 @@ constexpr float kTanhFastError = 1.f / (1 << 20);
 
 // act(x), fast, and whether its rounding to T may differ from act_fwd<Act>(x)'s. Bounds:
 //  - silu, x / (1 + e^-x) for x >= -16: e's argument rounded (|x log2 e| < 24: 2^-20 absolute, 2^-20.5 relative in
-//    e), ex2.approx (2^-22), 1 + e, rcp.approx and the product against expf, 1 + e and the IEEE division: < 2^-19.5
-//    |F|, taken as 2^-18 |F|. Below -16 (e^-x > 2^23) the element always takes the accurate form.
+//    e) with log2 e's own rounding (2^-22.2 at |x| = 16), ex2.approx (2^-21.7), 1 + e, rcp.approx and the product
+//    against expf (2 ulp), 1 + e and the IEEE division: < 2^-19.1 |F|, taken as 2^-18 |F|. Below -16 (e^-x > 2^23)
+//    the element always takes the accurate form.
 //  - gelu-tanh, 0.5x (1 + tanh u) with u computed as torch does: 1 + t moves by |t - tanhf| plus a rounding of 1 + t
 //    (2^-23), scaled by 0.5|x|, plus the final product's rounding: 0.5|x| (2^-20 + 2^-23) + 2^-23 |F|, taken as
 //    |x| 2^-20 + |F| 2^-22.
@@ -91,8 +94,8 @@ __device__ __forceinline__ float act_fwd_fast(float x, bool& doubt) {
 // forms exactly, except where a step falls below fp32's normal range; there each step may round by 2^-150 more,
 // which kSubnormalSlack covers.
 constexpr float kSubnormalSlack = 0x1p-146f;
-//  - silu, dy s (1 + x (1 - s)) with s = 1 / (1 + e^-x): s moves by < 2^-19.5 s (as above, x >= -16); F moves by
-//    |dy| |1 + x - 2xs| |ds| <= |dy| (1 + 3|x|) 2^-19.5, plus one rounding apart at each of its four steps:
+//  - silu, dy s (1 + x (1 - s)) with s = 1 / (1 + e^-x): s moves by < 2^-19.1 s (as above, x >= -16); F moves by
+//    |dy| |1 + x - 2xs| |ds| <= |dy| (1 + |x|) 2^-19.1, plus one rounding apart at each of its four steps:
 //    g = (|F| + |dy| (1 + 3|x|)) 2^-18.
 //  - gelu-tanh: F moves by |dy| (0.5 + |x| |t| inner') |dt| with |dt| <= 2^-20 (plus 1 + t's rounding), and the
 //    roundings of its steps: g = |dy| (0.5 + |x| inner') 2^-19 + |F| 2^-21.

@@ -211,11 +211,13 @@ def test_rounds_where_hugging_face_rounds(device, act, dtype, fused):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_every_16_bit_input_rounds_as_torch_does(act, dtype):
     """On CUDA the op equals Hugging Face's ``act_fn(a) * b`` bit for bit: every 16-bit a (NaNs aside) against dy =
-    dc * b of every sign and bf16 mantissa at two exponents, forward and both gradients. SiLU and tanh-GELU take fast
-    forms whose rounding is certified or recomputed (common/activation_fast.cuh): this is that certificate's proof."""
+    dc * b of every sign and mantissa of the dtype at two exponents, forward and both gradients. SiLU and tanh-GELU
+    take fast forms whose rounding is certified or recomputed (common/activation_fast.cuh): this checks their bounds
+    over every input of the forward and every dy mantissa of the backward (other exponents scale both forms alike)."""
     x = torch.arange(-32768, 32768, dtype=torch.int16, device="cuda").view(dtype)
     x = x[~x.isnan()]
-    mant = 1 + torch.arange(128, device="cuda") / 128
+    mantissas = 128 if dtype == torch.bfloat16 else 1024
+    mant = 1 + torch.arange(mantissas, device="cuda") / mantissas
     dy = torch.cat([mant, mant / 4096, -mant, -mant / 4096]).to(dtype)
     a = x[:, None].expand(-1, dy.numel()).contiguous().requires_grad_()
     b = torch.ones_like(a, requires_grad=True)
