@@ -117,14 +117,27 @@ int main(int argc, char** argv) {
   const int64_t want = int64_t(tigon::sm_count(0)) * 2048;
   a.head_split = std::min<int64_t>(std::max<int64_t>((want + items - 1) / items, 1), Hq);
   const unsigned grid = unsigned((items * a.head_split + 255) / 256);
+  std::printf("  (planned head_split %lld)\n", (long long)a.head_split);
   report("shipped (head loop, tables in registers)",
          time_us([&] { rk::rope<T, T, V, V, false, false, 1><<<grid, 256>>>(a); }));
+  // The same kernel with more threads sharing a position's heads (head_split): fewer heads per thread.
+  for (int64_t split : {Hq / 4, Hq / 2, Hq}) {
+    if (split <= a.head_split || split < 1) continue;
+    rk::Args b = a;
+    b.head_split = split;
+    char what[64];
+    std::snprintf(what, sizeof what, "shipped kernel, head_split %lld", (long long)split);
+    report(what,
+           time_us([&] { rk::rope<T, T, V, V, false, false, 1><<<unsigned((items * split + 255) / 256), 256>>>(b); }));
+  }
 
   const Flat f{q, k, cs, sn, qo, ko, B, Hq, Hk, S, D, int(D / 2 / V)};
   auto flat_grid = [&](int h) { return unsigned((B * (Hq / h + Hk / h) * S * f.units + 255) / 256); };
   report("flat, 1 head per thread", time_us([&] { flat<1><<<flat_grid(1), 256>>>(f); }));
-  if (Hq % 2 == 0 && Hk % 2 == 0) report("flat, 2 heads per thread", time_us([&] { flat<2><<<flat_grid(2), 256>>>(f); }));
-  if (Hq % 4 == 0 && Hk % 4 == 0) report("flat, 4 heads per thread", time_us([&] { flat<4><<<flat_grid(4), 256>>>(f); }));
+  if (Hq % 2 == 0 && Hk % 2 == 0)
+    report("flat, 2 heads per thread", time_us([&] { flat<2><<<flat_grid(2), 256>>>(f); }));
+  if (Hq % 4 == 0 && Hk % 4 == 0)
+    report("flat, 4 heads per thread", time_us([&] { flat<4><<<flat_grid(4), 256>>>(f); }));
   for (T* p : {q, k, qo, ko, cs, sn}) CHECK(cudaFree(p));
   return 0;
 }
