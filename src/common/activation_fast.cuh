@@ -66,24 +66,28 @@ __device__ __forceinline__ float tanh_fast(float u) {
 }
 constexpr float kTanhFastError = 1.f / (1 << 20);
 
+// The relative error of e = 2^(-x log2 e) against expf(-x) for |x| <= 8: the argument's rounding and log2 e's own
+// (|x| 2^-23.7), ex2.approx (2 ulp from the rounded result, 2^-21.7) and expf (2 ulp, 2^-22): < 2^-19.75. Below -8 the
+// elements take the accurate forms. Then s = 1 / (1 + e) moves by at most s ((1 - s) e_err + 2^-21.7): 1 + e weighs
+// e's error by e / (1 + e) = 1 - s, and 1 + e's two roundings, rcp.approx (1 ulp) and the IEEE division add 2^-21.7.
+constexpr float kSiluFastMin = -8.f;
+
 // act(x), fast, and whether its rounding to T may differ from act_fwd<Act>(x)'s. Bounds:
-//  - silu, x / (1 + e^-x) for x >= -16: e's argument rounded (|x log2 e| < 24: 2^-20 absolute, 2^-20.5 relative in
-//    e) with log2 e's own rounding (2^-22.2 at |x| = 16), ex2.approx (2^-21.7), 1 + e, rcp.approx and the product
-//    against expf (2 ulp), 1 + e and the IEEE division: < 2^-19.1 |F|, taken as 2^-18 |F|. Below -16 (e^-x > 2^23)
-//    the element always takes the accurate form.
-//  - gelu-tanh, 0.5x (1 + tanh u) with u computed as torch does: 1 + t moves by |t - tanhf| plus a rounding of 1 + t
-//    (2^-23), scaled by 0.5|x|, plus the final product's rounding: 0.5|x| (2^-20 + 2^-23) + 2^-23 |F|, taken as
-//    |x| 2^-20 + |F| 2^-22.
+//  - silu, x s against x / (1 + e): s's error above plus the product's and the division's roundings: < 2^-19.35 |F|
+//    for x >= -8, taken as 2^-19 |F|.
+//  - gelu-tanh, 0.5x (1 + t) with u computed as torch does: 1 + t moves by |t - tanhf| plus its two roundings
+//    (2^-24 |1 + t| each), scaled by 0.5|x|, plus the product's: 0.5|x| 2^-20.7 + 2^-22 |F|, taken as
+//    |x| 2^-21 + |F| 2^-22.
 template <class T, int Act>
 __device__ __forceinline__ float act_fwd_fast(float x, bool& doubt) {
   if constexpr (Act == TIGON_ACT_SILU) {
     const float f = x * rcp_fast(1.f + exp2_fast(-x * kFastLog2e));
-    doubt = (x < -16.f) | rounding_in_doubt_rel<T, 18>(f);
+    doubt = (x < kSiluFastMin) | rounding_in_doubt_rel<T, 19>(f);
     return f;
   } else {
     static_assert(Act == TIGON_ACT_GELU_TANH, "activations with a fast form: kHasFastForm");
     const float f = 0.5f * x * (1.f + tanh_fast(gelu_tanh_inner(x)));
-    const float g = fabsf(x) * kTanhFastError + fabsf(f) * (1.f / (1 << 22));
+    const float g = fabsf(x) * (0.5f * kTanhFastError) + fabsf(f) * (1.f / (1 << 22));
     doubt = rounding_in_doubt<T>(f, g);
     return f;
   }
@@ -94,25 +98,31 @@ __device__ __forceinline__ float act_fwd_fast(float x, bool& doubt) {
 // forms exactly, except where a step falls below fp32's normal range; there each step may round by 2^-150 more,
 // which kSubnormalSlack covers.
 constexpr float kSubnormalSlack = 0x1p-146f;
-//  - silu, dy s (1 + x (1 - s)) with s = 1 / (1 + e^-x): s moves by < 2^-19.1 s (as above, x >= -16); F moves by
-//    |dy| |1 + x - 2xs| |ds| <= |dy| (1 + |x|) 2^-19.1, plus one rounding apart at each of its four steps:
-//    g = (|F| + |dy| (1 + 3|x|)) 2^-18.
-//  - gelu-tanh: F moves by |dy| (0.5 + |x| |t| inner') |dt| with |dt| <= 2^-20 (plus 1 + t's rounding), and the
-//    roundings of its steps: g = |dy| (0.5 + |x| inner') 2^-19 + |F| 2^-21.
+//  - silu, F = (dy s) (1 + x (1 - s)): s's error moves dy s by |dy| ds and 1 + x (1 - s) by |x| ds, and each of the
+//    four steps may round apart: |F - T| <= (|F| + |dy s x|) ((1 - s) 2^-19.75 + 2^-21.7) + 2^-21.4 |F| +
+//    2^-23 (1 - s) |dy s x|, taken as g = (|F| + |dy s x|) ((1 - s) 2^-19 + 2^-20).
+//  - gelu-tanh, F = dy (0.5 (1 + t) + 0.5x (1 - t^2) inner'): t's error moves F by |dy| |0.5 - x t inner'| |dt|
+//    (|dt| <= 2^-20.7), t^2 and 1 - t^2 round by 2^-25 each in both forms (|dy| |x| inner' 2^-24), 1 + t by 2^-24
+//    twice, the two products of the right term by 2^-24 |dy rd| each and the sum and the product with dy by 2^-24
+//    |F| each: g = |dy| (|0.5 - x t inner'| 2^-20 + (1 + |x| inner') 2^-22) + |F| 2^-22.
 template <class T, int Act>
 __device__ __forceinline__ float act_bwd_fast(float x, float dy, bool& doubt) {
   if constexpr (Act == TIGON_ACT_SILU) {
     const float s = rcp_fast(1.f + exp2_fast(-x * kFastLog2e));
-    const float f = dy * s * (1.f + x * (1.f - s));
-    const float g = fmaf(fabsf(f) + fabsf(dy) * (1.f + 3.f * fabsf(x)), 1.f / (1 << 18), kSubnormalSlack);
-    doubt = (x < -16.f) | rounding_in_doubt<T>(f, g);
+    const float ds = dy * s, one_minus_s = 1.f - s;
+    const float f = ds * (1.f + x * one_minus_s);
+    const float g = fmaf(fmaf(fabsf(ds), fabsf(x), fabsf(f)), fmaf(one_minus_s, 0x1p-19f, 0x1p-20f), kSubnormalSlack);
+    doubt = (x < kSiluFastMin) | rounding_in_doubt<T>(f, g);
     return f;
   } else {
     static_assert(Act == TIGON_ACT_GELU_TANH, "activations with a fast form: kHasFastForm");
     float inner_derivative;
-    const float f = gelu_tanh_bwd_given(x, tanh_fast(gelu_tanh_inner(x)), dy, inner_derivative);
-    const float g = fabsf(dy) * (0.5f + fabsf(x) * inner_derivative) * (1.f / (1 << 19)) +
-                    fmaf(fabsf(f), 1.f / (1 << 21), kSubnormalSlack);
+    const float t = tanh_fast(gelu_tanh_inner(x));
+    const float f = gelu_tanh_bwd_given(x, t, dy, inner_derivative);
+    const float dt_weight = fabsf(fmaf(-x * t, inner_derivative, 0.5f));
+    const float steps = fmaf(fabsf(x), inner_derivative, 1.f);
+    const float g =
+        fmaf(fabsf(dy), fmaf(dt_weight, 0x1p-20f, steps * 0x1p-22f), fmaf(fabsf(f), 0x1p-22f, kSubnormalSlack));
     doubt = rounding_in_doubt<T>(f, g);
     return f;
   }
