@@ -28,14 +28,18 @@ using tigon::cuda::round_to;
 
 template <class T>
 __device__ float from_bits(uint32_t b) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(b << 16);
-  else return __half2float(__ushort_as_half(uint16_t(b)));
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __uint_as_float(b << 16);
+  else
+    return __half2float(__ushort_as_half(uint16_t(b)));
 }
 
 template <class T>
 __device__ uint16_t bits_of(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  else return __half_as_ushort(__float2half_rn(v));
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  else
+    return __half_as_ushort(__float2half_rn(v));
 }
 
 // Equal roundings, every NaN alike.
@@ -82,7 +86,8 @@ __global__ void check_bwd(Counts* c) {
   }
 }
 
-// ---- part 2: the kernels ---------------------------------------------------------------------------------------------
+// ---- part 2: the kernels
+// ---------------------------------------------------------------------------------------------
 
 using tigon::swiglu::BwdArgs;
 using tigon::swiglu::FwdArgs;
@@ -211,22 +216,25 @@ int main(int argc, char** argv) {
   auto report = [&](const char* what, float us, double bytes) {
     std::printf("  %-34s %8.1f us  %6.0f GB/s\n", what, us, bytes / us * 1e-3);
   };
-  report("copy (cudaMemcpy, 2 tensors)", time_us([&] { CHECK(cudaMemcpyAsync(c, a, n * sizeof(T), cudaMemcpyDeviceToDevice)); }), 2.0 * n * sizeof(T));
+  report("copy (cudaMemcpy, 2 tensors)",
+         time_us([&] { CHECK(cudaMemcpyAsync(c, a, n * sizeof(T), cudaMemcpyDeviceToDevice)); }), 2.0 * n * sizeof(T));
   using namespace tigon::swiglu::kern;
   report("silu fwd accurate", time_us([&] { fwd_variant<0, TIGON_ACT_SILU><<<grid, block>>>(fa); }), fbytes);
   report("silu fwd shipped (certified)", time_us([&] { glu_fwd<T, TIGON_GLU_SILU, V><<<grid, block>>>(fa); }), fbytes);
-  report("silu fwd fast, no certificate", time_us([&] { fwd_variant<1, TIGON_ACT_SILU><<<grid, block>>>(fa); }), fbytes);
+  report("silu fwd fast, no certificate", time_us([&] { fwd_variant<1, TIGON_ACT_SILU><<<grid, block>>>(fa); }),
+         fbytes);
   report("gelu_tanh fwd accurate", time_us([&] { fwd_variant<0, TIGON_ACT_GELU_TANH><<<grid, block>>>(fa); }), fbytes);
-  report("gelu_tanh fwd shipped (certified)",
-         time_us([&] { glu_fwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(fa); }), fbytes);
+  report("gelu_tanh fwd shipped (certified)", time_us([&] { glu_fwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(fa); }),
+         fbytes);
   report("gelu_tanh fwd fast, no certificate",
          time_us([&] { fwd_variant<1, TIGON_ACT_GELU_TANH><<<grid, block>>>(fa); }), fbytes);
   report("silu bwd accurate", time_us([&] { bwd_variant<0, TIGON_ACT_SILU><<<grid, block>>>(ba); }), bbytes);
   report("silu bwd shipped (certified)", time_us([&] { glu_bwd<T, TIGON_GLU_SILU, V><<<grid, block>>>(ba); }), bbytes);
-  report("silu bwd fast, no certificate", time_us([&] { bwd_variant<1, TIGON_ACT_SILU><<<grid, block>>>(ba); }), bbytes);
+  report("silu bwd fast, no certificate", time_us([&] { bwd_variant<1, TIGON_ACT_SILU><<<grid, block>>>(ba); }),
+         bbytes);
   report("gelu_tanh bwd accurate", time_us([&] { bwd_variant<0, TIGON_ACT_GELU_TANH><<<grid, block>>>(ba); }), bbytes);
-  report("gelu_tanh bwd shipped (certified)",
-         time_us([&] { glu_bwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(ba); }), bbytes);
+  report("gelu_tanh bwd shipped (certified)", time_us([&] { glu_bwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(ba); }),
+         bbytes);
   report("gelu_tanh bwd fast, no certificate",
          time_us([&] { bwd_variant<1, TIGON_ACT_GELU_TANH><<<grid, block>>>(ba); }), bbytes);
   for (T* p : {a, b, c, dc, da, db}) CHECK(cudaFree(p));
