@@ -1,11 +1,12 @@
-// SwiGLU / GeGLU activations: the shipped kernels (fast forms with a rounding certificate, common/activation_fast.cuh)
-// against the accurate forms alone (torch's expf / IEEE division / tanhf, the kernels before) and against the fast
-// forms without the certificate (the speed ceiling, not torch's roundings). Diagnostic only.
+// SwiGLU / GeGLU activations: the shipped kernels (SiLU's forward fast with a rounding certificate,
+// common/activation_fast.cuh; the rest in the accurate forms: torch's expf / IEEE division / tanhf) against the
+// accurate forms alone, certified fast forms of the rest (defined here, in namespace lab: tanh-GELU's forward and both
+// backwards) and the fast forms without the certificate (the speed ceiling, not torch's roundings). Diagnostic only.
 //
 // Part 1 checks the certificate over every 16-bit input: for each x (and, for the backward, each dy sign and
 // mantissa at two exponents), wherever the fast form is not in doubt its rounding must equal the accurate form's.
 // It reports the mismatches (must be 0) and the share of inputs in doubt.
-// Part 2 times the three forward and backward kernels on rows x cols bf16 (default 8192 x 14336).
+// Part 2 times the forward and backward kernels on rows x cols bf16 (default 8192 x 14336).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -Isrc -Iinclude \
 //     -o build/glu_activation bench/micro/glu_activation.cu
@@ -25,6 +26,79 @@
 namespace {
 
 using tigon::cuda::round_to;
+
+namespace lab {
+
+using namespace tigon::cuda;
+
+// tanh(u) = 1 - 2 / (1 + 2^(2u log2 e)). Against tanhf: the exponential's argument is rounded once (relative error
+// of e at most |2u log2 e| 2^-24 ln 2, weighed by 2e / (1 + e)^2 <= 0.22 / |2u log2 e| away from 0: <= 2^-25 absolute),
+// ex2.approx (2 ulp from the rounded result, 2^-21.7 relative, weighed by <= 0.5), 1 + e (2^-24, weighed alike),
+// rcp.approx (2^-23 of 2r <= 2), the subtraction (2^-25) and tanhf's own 2 ulp (2^-23): |t - tanhf| < 2^-20.7, taken
+// as 2^-20.
+__device__ __forceinline__ float tanh_fast(float u) {
+  return 1.f - 2.f * rcp_fast(1.f + exp2_fast(u * (2.f * kFastLog2e)));
+}
+constexpr float kTanhFastError = 1.f / (1 << 20);
+
+// act(x) certified: the library's SiLU, and a tanh-GELU, 0.5x (1 + t) with u computed as torch does: 1 + t moves by
+// |t - tanhf| plus its two roundings (2^-24 |1 + t| each), scaled by 0.5|x|, plus the product's: 0.5|x| 2^-20.7 +
+// 2^-22 |F|, taken as |x| 2^-21 + |F| 2^-22.
+template <class T, int Act>
+__device__ __forceinline__ float act_fwd_certified(float x, bool& doubt) {
+  if constexpr (Act == TIGON_ACT_SILU) {
+    return act_fwd_fast<T, Act>(x, doubt);
+  } else {
+    const float f = 0.5f * x * (1.f + tanh_fast(gelu_tanh_inner(x)));
+    const float g = fabsf(x) * (0.5f * kTanhFastError) + fabsf(f) * (1.f / (1 << 22));
+    doubt = rounding_in_doubt<T>(f, g);
+    return f;
+  }
+}
+
+// The relative error of e = 2^(-x log2 e) against expf(-x) for |x| <= 8: the argument's rounding and log2 e's own
+// (|x| 2^-23.7), ex2.approx (2 ulp from the rounded result, 2^-21.7) and expf (2 ulp, 2^-22): < 2^-19.75. Below -8 the
+// elements take the accurate forms. Then s = 1 / (1 + e) moves by at most s ((1 - s) e_err + 2^-21.7): 1 + e weighs
+// e's error by e / (1 + e) = 1 - s, and 1 + e's two roundings, rcp.approx (1 ulp) and the IEEE division add 2^-21.7.
+constexpr float kSiluFastMin = -8.f;
+
+// The backward's certified fast form, as it stood when measured (the library's backward keeps the accurate forms):
+// dy act'(x), fast, in torch's order of operations (act_bwd<Act>), and whether its rounding to T may differ. The
+// exhaustive test covers every x but dy's mantissas at two exponents: the bounds are relative, and dy scales both
+// forms exactly, except where a step falls below fp32's normal range; there each step may round by 2^-150 more,
+// which kSubnormalSlack covers.
+constexpr float kSubnormalSlack = 0x1p-146f;
+//  - silu, F = (dy s) (1 + x (1 - s)): s's error moves dy s by |dy| ds and 1 + x (1 - s) by |x| ds, and each of the
+//    four steps may round apart: |F - T| <= (|F| + |dy s x|) ((1 - s) 2^-19.75 + 2^-21.7) + 2^-21.4 |F| +
+//    2^-23 (1 - s) |dy s x|, taken as g = (|F| + |dy s x|) ((1 - s) 2^-19 + 2^-20).
+//  - gelu-tanh, F = dy (0.5 (1 + t) + 0.5x (1 - t^2) inner'): t's error moves F by |dy| |0.5 - x t inner'| |dt|
+//    (|dt| <= 2^-20.7), t^2 and 1 - t^2 round by 2^-25 each in both forms (|dy| |x| inner' 2^-24), 1 + t by 2^-24
+//    twice, the two products of the right term by 2^-24 |dy rd| each and the sum and the product with dy by 2^-24
+//    |F| each: g = |dy| (|0.5 - x t inner'| 2^-20 + (1 + |x| inner') 2^-22) + |F| 2^-22.
+template <class T, int Act>
+__device__ __forceinline__ float act_bwd_certified(float x, float dy, bool& doubt) {
+  if constexpr (Act == TIGON_ACT_SILU) {
+    const float s = rcp_fast(1.f + exp2_fast(-x * kFastLog2e));
+    const float ds = dy * s, one_minus_s = 1.f - s;
+    const float f = ds * (1.f + x * one_minus_s);
+    const float g = fmaf(fmaf(fabsf(ds), fabsf(x), fabsf(f)), fmaf(one_minus_s, 0x1p-19f, 0x1p-20f), kSubnormalSlack);
+    doubt = (x < kSiluFastMin) | rounding_in_doubt<T>(f, g);
+    return f;
+  } else {
+    static_assert(Act == TIGON_ACT_GELU_TANH, "activations with a fast form: kHasFastForm");
+    float inner_derivative;
+    const float t = tanh_fast(gelu_tanh_inner(x));
+    const float f = gelu_tanh_bwd_given(x, t, dy, inner_derivative);
+    const float dt_weight = fabsf(fmaf(-x * t, inner_derivative, 0.5f));
+    const float steps = fmaf(fabsf(x), inner_derivative, 1.f);
+    const float g =
+        fmaf(fabsf(dy), fmaf(dt_weight, 0x1p-20f, steps * 0x1p-22f), fmaf(fabsf(f), 0x1p-22f, kSubnormalSlack));
+    doubt = rounding_in_doubt<T>(f, g);
+    return f;
+  }
+}
+
+}  // namespace lab
 
 template <class T>
 __device__ float from_bits(uint32_t b) {
@@ -65,7 +139,7 @@ __global__ void check_fwd(Counts* c) {
   if (xb >= 65536) return;
   const float x = from_bits<T>(xb);
   bool doubt;
-  const float f = tigon::cuda::act_fwd_fast<T, A>(x, doubt);
+  const float f = lab::act_fwd_certified<T, A>(x, doubt);
   const float e = tigon::cuda::act_fwd<A>(x);
   note(c, doubt, !doubt && !same_rounding<T>(f, e));
 }
@@ -80,7 +154,7 @@ __global__ void check_bwd(Counts* c) {
     const float mag = (1.f + float(m % kMant) / kMant) * ((m / kMant) & 1 ? 1.f / 4096 : 1.f);
     const float dy = m / (2 * kMant) ? -mag : mag;
     bool doubt;
-    const float f = tigon::cuda::act_bwd_fast<T, A>(x, dy, doubt);
+    const float f = lab::act_bwd_certified<T, A>(x, dy, doubt);
     const float e = tigon::cuda::act_bwd<A>(x, dy);
     note(c, doubt, !doubt && !same_rounding<T>(f, e));
   }
@@ -94,7 +168,8 @@ using tigon::swiglu::FwdArgs;
 using T = __nv_bfloat16;
 constexpr int V = 8;
 
-// Mode 0: the accurate forms alone; 1: the fast forms, certificate ignored (not torch's roundings).
+// Mode 0: the accurate forms alone; 1: the fast forms, certificate ignored (not torch's roundings); 2: the certified
+// fast forms, the elements in doubt recomputed accurately.
 template <int Mode, int A>
 __global__ void fwd_variant(FwdArgs p) {
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
@@ -103,13 +178,22 @@ __global__ void fwd_variant(FwdArgs p) {
     float a[V], b[V], c[V];
     tigon::cuda::load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
     tigon::cuda::load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
+    float x[V], y[V];
+    unsigned doubt = 0;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const float x = round_to<T>(a[j] * p.gate);
+      x[j] = round_to<T>(a[j] * p.gate);
       bool d;
-      const float y = Mode == 0 ? tigon::cuda::act_fwd<A>(x) : tigon::cuda::act_fwd_fast<T, A>(x, d);
-      c[j] = round_to<T>(y) * b[j] * p.down;
+      y[j] = Mode == 0 ? tigon::cuda::act_fwd<A>(x[j]) : lab::act_fwd_certified<T, A>(x[j], d);
+      if (Mode == 2) doubt |= unsigned(d) << j;
     }
+    if (Mode == 2 && doubt) {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (doubt >> j & 1u) y[j] = tigon::cuda::act_fwd<A>(x[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) c[j] = round_to<T>(y[j]) * b[j] * p.down;
     tigon::cuda::store_vec<T, V>(static_cast<T*>(p.c) + row * p.c_stride + col, c);
   }
 }
@@ -123,15 +207,23 @@ __global__ void bwd_variant(BwdArgs p) {
     tigon::cuda::load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
     tigon::cuda::load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
     tigon::cuda::load_vec<T, V>(static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
+    float x[V], dy[V], g[V], f[V];
+    unsigned doubt = 0;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const float x = round_to<T>(a[j] * p.gate), u = dc[j] * p.down, dy = round_to<T>(u * b[j]);
-      bool d;
-      const float g = Mode == 0 ? tigon::cuda::act_bwd<A>(x, dy) : tigon::cuda::act_bwd_fast<T, A>(x, dy, d);
-      const float f = Mode == 0 ? tigon::cuda::act_fwd<A>(x) : tigon::cuda::act_fwd_fast<T, A>(x, d);
-      da[j] = round_to<T>(g) * p.gate;
-      db[j] = u * round_to<T>(f);
+      x[j] = round_to<T>(a[j] * p.gate), dc[j] *= p.down, dy[j] = round_to<T>(dc[j] * b[j]);
+      bool dg, df;
+      g[j] = Mode == 0 ? tigon::cuda::act_bwd<A>(x[j], dy[j]) : lab::act_bwd_certified<T, A>(x[j], dy[j], dg);
+      f[j] = Mode == 0 ? tigon::cuda::act_fwd<A>(x[j]) : lab::act_fwd_certified<T, A>(x[j], df);
+      if (Mode == 2) doubt |= unsigned(dg || df) << j;
     }
+    if (Mode == 2 && doubt) {  // the certified form: the elements in doubt again, accurately
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (doubt >> j & 1u) g[j] = tigon::cuda::act_bwd<A>(x[j], dy[j]), f[j] = tigon::cuda::act_fwd<A>(x[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) da[j] = round_to<T>(g[j]) * p.gate, db[j] = dc[j] * round_to<T>(f[j]);
     tigon::cuda::store_vec<T, V>(static_cast<T*>(p.da) + row * p.da_stride + col, da);
     tigon::cuda::store_vec<T, V>(static_cast<T*>(p.db) + row * p.db_stride + col, db);
   }
@@ -143,11 +235,11 @@ __global__ void count_doubts(const T* a, const T* b, const T* dc, int64_t n, uns
   const float x = __bfloat162float(a[i]), dy = round_to<T>(__bfloat162float(dc[i]) * __bfloat162float(b[i]));
   bool d1, d2;
   if (act == TIGON_ACT_SILU) {
-    tigon::cuda::act_fwd_fast<T, TIGON_ACT_SILU>(x, d1);
-    tigon::cuda::act_bwd_fast<T, TIGON_ACT_SILU>(x, dy, d2);
+    lab::act_fwd_certified<T, TIGON_ACT_SILU>(x, d1);
+    lab::act_bwd_certified<T, TIGON_ACT_SILU>(x, dy, d2);
   } else {
-    tigon::cuda::act_fwd_fast<T, TIGON_ACT_GELU_TANH>(x, d1);
-    tigon::cuda::act_bwd_fast<T, TIGON_ACT_GELU_TANH>(x, dy, d2);
+    lab::act_fwd_certified<T, TIGON_ACT_GELU_TANH>(x, d1);
+    lab::act_bwd_certified<T, TIGON_ACT_GELU_TANH>(x, dy, d2);
   }
   if (d1) atomicAdd(out, 1ull);
   if (d1 || d2) atomicAdd(out + 1, 1ull);
@@ -224,17 +316,18 @@ int main(int argc, char** argv) {
   report("silu fwd fast, no certificate", time_us([&] { fwd_variant<1, TIGON_ACT_SILU><<<grid, block>>>(fa); }),
          fbytes);
   report("gelu_tanh fwd accurate", time_us([&] { fwd_variant<0, TIGON_ACT_GELU_TANH><<<grid, block>>>(fa); }), fbytes);
-  report("gelu_tanh fwd shipped (certified)", time_us([&] { glu_fwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(fa); }),
+  report("gelu_tanh fwd certified", time_us([&] { fwd_variant<2, TIGON_ACT_GELU_TANH><<<grid, block>>>(fa); }), fbytes);
+  report("gelu_tanh fwd shipped (accurate)", time_us([&] { glu_fwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(fa); }),
          fbytes);
   report("gelu_tanh fwd fast, no certificate",
          time_us([&] { fwd_variant<1, TIGON_ACT_GELU_TANH><<<grid, block>>>(fa); }), fbytes);
-  report("silu bwd accurate", time_us([&] { bwd_variant<0, TIGON_ACT_SILU><<<grid, block>>>(ba); }), bbytes);
-  report("silu bwd shipped (certified)", time_us([&] { glu_bwd<T, TIGON_GLU_SILU, V><<<grid, block>>>(ba); }), bbytes);
+  report("silu bwd shipped (accurate)", time_us([&] { glu_bwd<T, TIGON_GLU_SILU, V><<<grid, block>>>(ba); }), bbytes);
+  report("silu bwd certified", time_us([&] { bwd_variant<2, TIGON_ACT_SILU><<<grid, block>>>(ba); }), bbytes);
   report("silu bwd fast, no certificate", time_us([&] { bwd_variant<1, TIGON_ACT_SILU><<<grid, block>>>(ba); }),
          bbytes);
-  report("gelu_tanh bwd accurate", time_us([&] { bwd_variant<0, TIGON_ACT_GELU_TANH><<<grid, block>>>(ba); }), bbytes);
-  report("gelu_tanh bwd shipped (certified)", time_us([&] { glu_bwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(ba); }),
+  report("gelu_tanh bwd shipped (accurate)", time_us([&] { glu_bwd<T, TIGON_GLU_GELU_TANH, V><<<grid, block>>>(ba); }),
          bbytes);
+  report("gelu_tanh bwd certified", time_us([&] { bwd_variant<2, TIGON_ACT_GELU_TANH><<<grid, block>>>(ba); }), bbytes);
   report("gelu_tanh bwd fast, no certificate",
          time_us([&] { bwd_variant<1, TIGON_ACT_GELU_TANH><<<grid, block>>>(ba); }), bbytes);
   for (T* p : {a, b, c, dc, da, db}) CHECK(cudaFree(p));

@@ -46,8 +46,8 @@ constexpr int pointwise(int glu) {
   return glu == TIGON_GLU_SILU ? TIGON_ACT_SILU : glu == TIGON_GLU_GELU_TANH ? TIGON_ACT_GELU_TANH : TIGON_ACT_GELU_ERF;
 }
 
-// The fast forms with their rounding certificate (common/activation_fast.cuh) for 16-bit types: the kernels store
-// act(x) rounded to T, which the certificate covers. fp32 keeps the accurate forms (nothing rounds them).
+// The forward's fast SiLU with its rounding certificate (common/activation_fast.cuh) for 16-bit types: the kernel
+// stores act(x) rounded to T, which the certificate covers. fp32 and the GELUs keep the accurate forms.
 template <class T, int Act>
 constexpr bool kFast = !std::is_same_v<T, float> && cuda::kHasFastForm<pointwise(Act)>;
 
@@ -72,30 +72,6 @@ __device__ __forceinline__ void act_fwd_vec(const float (&x)[V], float (&y)[V]) 
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) y[j] = cuda::act_fwd<A>(x[j]);
-  }
-}
-
-// The backward's two rounded quantities: g = dy act'(x) and f = act(x), as act_fwd_vec.
-template <class T, int Act, int V>
-__device__ __forceinline__ void act_bwd_vec(const float (&x)[V], const float (&dy)[V], float (&g)[V], float (&f)[V]) {
-  constexpr int A = pointwise(Act);
-  if constexpr (kFast<T, Act>) {
-    unsigned doubt = 0;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      bool dg, df;
-      g[j] = cuda::act_bwd_fast<T, A>(x[j], dy[j], dg);
-      f[j] = cuda::act_fwd_fast<T, A>(x[j], df);
-      doubt |= unsigned(dg || df) << j;
-    }
-    if (doubt) {
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        if (doubt >> j & 1u) g[j] = cuda::act_bwd<A>(x[j], dy[j]), f[j] = cuda::act_fwd<A>(x[j]);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < V; ++j) g[j] = cuda::act_bwd<A>(x[j], dy[j]), f[j] = cuda::act_fwd<A>(x[j]);
   }
 }
 
@@ -134,12 +110,14 @@ __global__ void glu_bwd(BwdArgs p) {
     load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
     load_vec<T, V>(static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
     // The roundings autograd takes through Hugging Face's module: x = a * g and dy = dc * d * b in T, then
-    // da = round(dy act'(x)) * g and db = dc * d * round(act(x)).
+    // da = round(dy act'(x)) * g and db = dc * d * round(act(x)), in the accurate forms (certified fast ones lost to
+    // them where measured: docs/performance/swiglu-geglu.md).
 #pragma unroll
-    for (int j = 0; j < V; ++j) a[j] = round_to<T>(a[j] * p.gate), dc[j] *= p.down, b[j] = round_to<T>(dc[j] * b[j]);
-    act_bwd_vec<T, Act, V>(a, b, da, db);
-#pragma unroll
-    for (int j = 0; j < V; ++j) da[j] = round_to<T>(da[j]) * p.gate, db[j] = dc[j] * round_to<T>(db[j]);
+    for (int j = 0; j < V; ++j) {
+      const float x = round_to<T>(a[j] * p.gate), u = dc[j] * p.down;
+      da[j] = round_to<T>(cuda::act_bwd<pointwise(Act)>(x, round_to<T>(u * b[j]))) * p.gate;
+      db[j] = u * round_to<T>(cuda::act_fwd<pointwise(Act)>(x));
+    }
     store_vec<T, V>(static_cast<T*>(p.da) + row * p.da_stride + col, da);
     store_vec<T, V>(static_cast<T*>(p.db) + row * p.db_stride + col, db);
   }

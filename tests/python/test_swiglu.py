@@ -211,9 +211,9 @@ def test_rounds_where_hugging_face_rounds(device, act, dtype, fused):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_every_16_bit_input_rounds_as_torch_does(act, dtype):
     """On CUDA the op equals Hugging Face's ``act_fn(a) * b`` bit for bit: every 16-bit a (NaNs aside) against dy =
-    dc * b of every sign and mantissa of the dtype at two exponents, forward and both gradients. SiLU and tanh-GELU
-    take fast forms whose rounding is certified or recomputed (common/activation_fast.cuh): this checks their bounds
-    over every input of the forward and every dy mantissa of the backward (other exponents scale both forms alike)."""
+    dc * b of every sign and mantissa of the dtype at two exponents, forward and both gradients. SiLU's forward takes
+    a fast form whose rounding is certified or recomputed (common/activation_fast.cuh): this checks its bound over
+    every input; the rest are torch's own formulas in fp32, checked here over every input too."""
     x = torch.arange(-32768, 32768, dtype=torch.int16, device="cuda").view(dtype)
     x = x[~x.isnan()]
     mantissas = 128 if dtype == torch.bfloat16 else 1024
