@@ -31,13 +31,29 @@ namespace lab {
 
 using namespace tigon::cuda;
 
+// gelu-tanh's tanh argument, and dy times its derivative given t = tanh of that argument, in torch's order (as
+// act_fwd / act_bwd in activation_math.cuh compute them with tanhf).
+__device__ __forceinline__ float gelu_tanh_inner(float x) {
+  const float x_cube = x * x * x;
+  return kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
+}
+__device__ __forceinline__ float gelu_tanh_bwd_given(float x, float tanh_inner, float dy, float& inner_derivative) {
+  const float x_sq = x * x;
+  const float left = 0.5f * x, right = 1.f + tanh_inner;
+  const float left_derivative = 0.5f * right;
+  const float tanh_derivative = 1.f - tanh_inner * tanh_inner;
+  inner_derivative = kGeluTanhBeta * (1.f + 3.f * kGeluTanhKappa * x_sq);
+  const float right_derivative = left * tanh_derivative * inner_derivative;
+  return dy * (left_derivative + right_derivative);
+}
+
 // tanh(u) = 1 - 2 / (1 + 2^(2u log2 e)). Against tanhf: the exponential's argument is rounded once (relative error
 // of e at most |2u log2 e| 2^-24 ln 2, weighed by 2e / (1 + e)^2 <= 0.22 / |2u log2 e| away from 0: <= 2^-25 absolute),
 // ex2.approx (2 ulp from the rounded result, 2^-21.7 relative, weighed by <= 0.5), 1 + e (2^-24, weighed alike),
 // rcp.approx (2^-23 of 2r <= 2), the subtraction (2^-25) and tanhf's own 2 ulp (2^-23): |t - tanhf| < 2^-20.7, taken
 // as 2^-20.
 __device__ __forceinline__ float tanh_fast(float u) {
-  return 1.f - 2.f * rcp_fast(1.f + exp2_fast(u * (2.f * kFastLog2e)));
+  return 1.f - 2.f * rcp_fast(1.f + exp2_fast(u * (2.f * kLog2e)));
 }
 constexpr float kTanhFastError = 1.f / (1 << 20);
 
@@ -78,7 +94,7 @@ constexpr float kSubnormalSlack = 0x1p-146f;
 template <class T, int Act>
 __device__ __forceinline__ float act_bwd_certified(float x, float dy, bool& doubt) {
   if constexpr (Act == TIGON_ACT_SILU) {
-    const float s = rcp_fast(1.f + exp2_fast(-x * kFastLog2e));
+    const float s = rcp_fast(1.f + exp2_fast(-x * kLog2e));
     const float ds = dy * s, one_minus_s = 1.f - s;
     const float f = ds * (1.f + x * one_minus_s);
     const float g = fmaf(fmaf(fabsf(ds), fabsf(x), fabsf(f)), fmaf(one_minus_s, 0x1p-19f, 0x1p-20f), kSubnormalSlack);

@@ -17,13 +17,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/activation_math.cuh"
 #include "common/cuda_types.cuh"
 #include "tigon/activation.h"
 
 namespace tigon::cuda {
-
-constexpr float kFastLog2e = 1.4426950408889634f;
 
 // True when some value within g (>= 0) of v may round to another T than v does: [|v| - g, |v| + g], its ends rounded
 // outwards, holds a rounding boundary of T (or reaches zero). bf16 boundaries are the fp32 patterns whose low 16
@@ -65,7 +62,7 @@ constexpr bool kHasFastForm = Act == TIGON_ACT_SILU;
 template <class T, int Act>
 __device__ __forceinline__ float act_fwd_fast(float x, bool& doubt) {
   static_assert(kHasFastForm<Act>, "activations with a fast form: kHasFastForm");
-  const float f = x * rcp_fast(1.f + exp2_fast(-x * kFastLog2e));
+  const float f = x * rcp_fast(1.f + exp2_fast(-x * kLog2e));
   doubt = (x < -16.f) | rounding_in_doubt_rel<T, 18>(f);
   return f;
 }

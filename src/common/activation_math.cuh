@@ -16,22 +16,6 @@ constexpr float kGeluTanhKappa = 0.044715f;
 constexpr float kGeluErfAlpha = 0.7071067811865476f;  // 1 / sqrt(2)
 constexpr float kGeluErfBeta = 0.3989422804014327f;   // 1 / sqrt(2 pi)
 
-// gelu-tanh's tanh argument, and dy times its derivative given t = tanh of that argument, in torch's order (shared
-// with the fast forms of activation_fast.cuh, which differ only in how t is computed).
-__device__ __forceinline__ float gelu_tanh_inner(float x) {
-  const float x_cube = x * x * x;
-  return kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
-}
-__device__ __forceinline__ float gelu_tanh_bwd_given(float x, float tanh_inner, float dy, float& inner_derivative) {
-  const float x_sq = x * x;
-  const float left = 0.5f * x, right = 1.f + tanh_inner;
-  const float left_derivative = 0.5f * right;
-  const float tanh_derivative = 1.f - tanh_inner * tanh_inner;
-  inner_derivative = kGeluTanhBeta * (1.f + 3.f * kGeluTanhKappa * x_sq);
-  const float right_derivative = left * tanh_derivative * inner_derivative;
-  return dy * (left_derivative + right_derivative);
-}
-
 template <int Act>
 __device__ __forceinline__ float act_fwd(float x) {
   if constexpr (Act == TIGON_ACT_RELU) {
@@ -39,7 +23,9 @@ __device__ __forceinline__ float act_fwd(float x) {
   } else if constexpr (Act == TIGON_ACT_SILU) {
     return x / (1.f + expf(-x));
   } else if constexpr (Act == TIGON_ACT_GELU_TANH) {
-    return 0.5f * x * (1.f + tanhf(gelu_tanh_inner(x)));
+    const float x_cube = x * x * x;
+    const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
+    return 0.5f * x * (1.f + tanhf(inner));
   } else if constexpr (Act == TIGON_ACT_GELU_ERF) {
     return x * 0.5f * (1.f + erff(x * kGeluErfAlpha));
   } else {
@@ -56,8 +42,15 @@ __device__ __forceinline__ float act_bwd(float x, float dy) {
     const float sigmoid = 1.f / (1.f + expf(-x));
     return dy * sigmoid * (1.f + x * (1.f - sigmoid));
   } else if constexpr (Act == TIGON_ACT_GELU_TANH) {
-    float inner_derivative;
-    return gelu_tanh_bwd_given(x, tanhf(gelu_tanh_inner(x)), dy, inner_derivative);
+    const float x_sq = x * x, x_cube = x_sq * x;
+    const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x_cube);
+    const float tanh_inner = tanhf(inner);
+    const float left = 0.5f * x, right = 1.f + tanh_inner;
+    const float left_derivative = 0.5f * right;
+    const float tanh_derivative = 1.f - tanh_inner * tanh_inner;
+    const float inner_derivative = kGeluTanhBeta * (1.f + 3.f * kGeluTanhKappa * x_sq);
+    const float right_derivative = left * tanh_derivative * inner_derivative;
+    return dy * (left_derivative + right_derivative);
   } else if constexpr (Act == TIGON_ACT_GELU_ERF) {
     const float cdf = 0.5f * (1.f + erff(x * kGeluErfAlpha));
     const float pdf = expf(-0.5f * x * x) * kGeluErfBeta;

@@ -213,6 +213,9 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// log2(e): exp(x) as exp2_fast(x * kLog2e).
+constexpr float kLog2e = 1.4426950408889634f;
+
 // The SFU's approximate 2^x and 1/x (one MUFU instruction each, within 2 ulp of fp32; denormals flushed). For math
 // whose result is rounded to a 16-bit type or compared at fp32 tolerance, in place of the multi-instruction exp2f /
 // IEEE division. 2^(+large) = inf and 1/inf = 0, so sigmoid-like forms 1 / (1 + 2^y) saturate cleanly.

@@ -42,8 +42,8 @@ constexpr int kVec = 16 / int(sizeof(T));  // elements per 16-byte vector
 constexpr int64_t kMaxRowVecs = int64_t(1) << 30;
 
 // exp(x - m) is computed as 2^(x log2e - m log2e): one FMA and one SFU instruction (ex2.approx, 2 ulp) per element.
-constexpr float kLog2e = 1.4426950408889634f;
 using cuda::exp2_fast;
+using cuda::kLog2e;
 
 // softcap tanh(x / softcap), the division as a product (one FMUL instead of a full-precision divide per element).
 template <int O>

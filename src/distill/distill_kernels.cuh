@@ -31,7 +31,8 @@ using cuda::from_f;
 using cuda::to_f;
 using cuda::unpack_words;
 
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+using cuda::kLog2e;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kThreads = 256;      // both kernels' block size at most
 constexpr int kMaxCluster = 8;     // the portable maximum
 constexpr int kMaxPieces = 10;     // bulk copies per block (each of the student and the teacher), one mbarrier each
