@@ -41,9 +41,11 @@ TEST_P(AddRmsNormCuda, MatchesReference) {
   EXPECT_LE(worst_ratio(gdw.fetch(), ref.dw, 1e-5, 1e-5), 1.0) << "dw";
 }
 
-// Cached kernels (aligned rows that fit), then the uncached ones (a padded row stride, an odd length, a long row).
+// Cached kernels (aligned rows that fit; 8192 and 12296 columns spread a row over a cluster of 2 and 4 blocks), then
+// the uncached ones (a padded row stride, an odd length, a long row).
 const AddNormCase kGpuCases[] = {{DType::kBFloat16, 64, 4096, 0, true}, {DType::kFloat16, 33, 2048, 0, false},
-                                 {DType::kFloat32, 9, 1024, 0, true},   {DType::kBFloat16, 5, 4096, 1, true},
+                                 {DType::kFloat32, 9, 1024, 0, true},   {DType::kBFloat16, 7, 8192, 0, true},
+                                 {DType::kFloat16, 5, 12296, 0, false}, {DType::kBFloat16, 5, 4096, 1, true},
                                  {DType::kBFloat16, 6, 123, 0, true},   {DType::kFloat32, 3, 65537, 0, true}};
 INSTANTIATE_TEST_SUITE_P(Shapes, AddRmsNormCuda, ::testing::ValuesIn(kGpuCases), case_name);
 
