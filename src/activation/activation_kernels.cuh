@@ -43,13 +43,15 @@ __global__ void act_fwd_kernel(FwdArgs p) {
   if (col >= p.cols) return;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
   for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < p.rows; row += row_step) {
-    float x[V], y[V];
-    load_vec<T, V>(static_cast<const T*>(p.x) + row * p.x_stride + col, x);
+    float x[V], y[V], r[V];
+    const T* xp = static_cast<const T*>(p.x) + row * p.x_stride + col;
+    if constexpr (Residual)
+      cuda::load_vecs<T, V>(xp, x, static_cast<const T*>(p.residual) + row * p.r_stride + col, r);
+    else
+      load_vec<T, V>(xp, x);
 #pragma unroll
     for (int j = 0; j < V; ++j) y[j] = cuda::act_fwd<Act>(x[j]);
     if constexpr (Residual) {
-      float r[V];
-      load_vec<T, V>(static_cast<const T*>(p.residual) + row * p.r_stride + col, r);
 #pragma unroll
       for (int j = 0; j < V; ++j) y[j] += r[j];
     }
@@ -68,8 +70,11 @@ __global__ void act_bwd_kernel(BwdArgs p) {
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
   for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; live && row < p.rows; row += row_step) {
     float dy[V], s[V], dx[V];
-    load_vec<T, V>(static_cast<const T*>(p.dy) + row * p.dy_stride + col, dy);
-    if constexpr (Act != TIGON_ACT_NONE) load_vec<T, V>(static_cast<const T*>(p.saved) + row * p.s_stride + col, s);
+    const T* dyp = static_cast<const T*>(p.dy) + row * p.dy_stride + col;
+    if constexpr (Act != TIGON_ACT_NONE)
+      cuda::load_vecs<T, V>(dyp, dy, static_cast<const T*>(p.saved) + row * p.s_stride + col, s);
+    else
+      load_vec<T, V>(dyp, dy);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       dx[j] = Act == TIGON_ACT_NONE ? dy[j] : round_to<T>(cuda::act_bwd<Act>(s[j], dy[j]));

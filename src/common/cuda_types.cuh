@@ -133,6 +133,48 @@ __device__ __forceinline__ void unpack16(const uint4& u, float (&out)[16 / sizeo
   for (int j = 0; j < int(16 / sizeof(T)); ++j) out[j] = to_f<T>(e[j]);
 }
 
+// Makes `other` needed wherever `w` is first used: an identity byte permute of w that also reads other (one
+// instruction; ptxas keeps inline PTX as written). ptxas issues a load only as early as it deems the load's latency
+// needs, which behind long arithmetic (tanhf, erff) puts a second operand's load after the first operand's math:
+// two memory round trips where one would do, and half the bytes in flight.
+__device__ __forceinline__ void load_together(uint32_t& w, uint32_t other) {
+  asm volatile("prmt.b32 %0, %0, %1, 0x3210;" : "+r"(w) : "r"(other));
+}
+
+// load_vec of N elements at p and at q, both loads issued before either is used (load_together) when they are
+// 16-byte vectors.
+template <class T, int N>
+__device__ __forceinline__ void load_vecs(const T* p, float (&x)[N], const T* q, float (&y)[N]) {
+  if constexpr (N * sizeof(T) == 16) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint4 v = *reinterpret_cast<const uint4*>(q);
+    load_together(u.x, v.x);
+    unpack16<T>(u, x);
+    unpack16<T>(v, y);
+  } else {
+    load_vec<T, N>(p, x);
+    load_vec<T, N>(q, y);
+  }
+}
+// The same for three vectors.
+template <class T, int N>
+__device__ __forceinline__ void load_vecs(const T* p, float (&x)[N], const T* q, float (&y)[N], const T* r,
+                                          float (&z)[N]) {
+  if constexpr (N * sizeof(T) == 16) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint4 v = *reinterpret_cast<const uint4*>(q), w = *reinterpret_cast<const uint4*>(r);
+    load_together(u.x, v.x);
+    load_together(u.x, w.x);
+    unpack16<T>(u, x);
+    unpack16<T>(v, y);
+    unpack16<T>(w, z);
+  } else {
+    load_vec<T, N>(p, x);
+    load_vec<T, N>(q, y);
+    load_vec<T, N>(r, z);
+  }
+}
+
 // Two floats rounded into one 32-bit word of 16-bit values (the bf16x2 / half2 conversion instructions).
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

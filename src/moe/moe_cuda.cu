@@ -126,8 +126,7 @@ __global__ void gate_fwd(const T* gu, const int64_t* offsets, int64_t experts, i
   const T* row = gu + s * 2 * inter;
   for (int64_t c = int64_t(threadIdx.x) * kVec; c < inter; c += int64_t(blockDim.x) * kVec) {
     float a[kVec], u[kVec], o[kVec];
-    load_vec<T, kVec>(row + c, a);
-    load_vec<T, kVec>(row + inter + c, u);
+    cuda::load_vecs<T, kVec>(row + c, a, row + inter + c, u);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) o[j] = cuda::act_fwd<Act>(a[j]) * u[j];
     store_vec<T, kVec>(h + s * inter + c, o);
@@ -167,9 +166,7 @@ __global__ void gate_bwd(T* gu, T* dh, const int64_t* pair_of_slot, const int64_
   float dot = 0.f;
   for (int64_t c = int64_t(threadIdx.x) * kVec; c < inter; c += int64_t(blockDim.x) * kVec) {
     float a[kVec], u[kVec], d[kVec], da[kVec], du[kVec], hw[kVec];
-    load_vec<T, kVec>(row + c, a);
-    load_vec<T, kVec>(row + inter + c, u);
-    load_vec<T, kVec>(dh + s * inter + c, d);
+    cuda::load_vecs<T, kVec>(row + c, a, row + inter + c, u, dh + s * inter + c, d);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const float f = cuda::act_fwd<Act>(a[j]), h = cuda::round_to<T>(f * u[j]), g = w * d[j];

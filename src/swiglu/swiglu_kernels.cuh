@@ -86,8 +86,8 @@ __global__ void glu_fwd(FwdArgs p) {
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
   for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < p.rows; row += row_step) {
     float a[V], b[V], c[V];
-    load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
-    load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
+    cuda::load_vecs<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a,
+                          static_cast<const T*>(p.b) + row * p.b_stride + col, b);
     // Rounded where Hugging Face's `act_fn(a * g) * b` rounds in T (a * 1 and products with 1 are exact: the default
     // costs a few register operations per element, no memory traffic).
 #pragma unroll
@@ -106,9 +106,9 @@ __global__ void glu_bwd(BwdArgs p) {
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
   for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < p.rows; row += row_step) {
     float a[V], b[V], dc[V], da[V], db[V];
-    load_vec<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
-    load_vec<T, V>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
-    load_vec<T, V>(static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
+    cuda::load_vecs<T, V>(static_cast<const T*>(p.a) + row * p.a_stride + col, a,
+                          static_cast<const T*>(p.b) + row * p.b_stride + col, b,
+                          static_cast<const T*>(p.dc) + row * p.dc_stride + col, dc);
     // The roundings autograd takes through Hugging Face's module: x = a * g and dy = dc * d * b in T, then
     // da = round(dy act'(x)) * g and db = dc * d * round(act(x)), in the accurate forms (certified fast ones lost to
     // them where measured: docs/performance/swiglu-geglu.md).
