@@ -7,7 +7,7 @@
 //    unaligned data.
 // Backward dw: each block adds dy * xhat over the rows it visits into fp32 partials (one row of `partial` per block
 // row slot), and cuda::column_sum adds those in a fixed order: deterministic, no atomics.
-// kAdd (the fused residual add): the forward first writes h = x + res and normalises h; the backward adds dh to dx.
+// kAdd (the fused residual add): the forward normalises h = x + res and writes h beside y; the backward adds dh to dx.
 // Without it the kernels compile to exactly the plain RMSNorm's.
 #pragma once
 
@@ -87,16 +87,17 @@ __device__ __forceinline__ void normalize(int mode, float r, const float (&x)[V]
   }
 }
 
-// The fused residual add for one 16-byte vector: v = round(v + res), stored to h (the add in the activations' dtype).
+// The fused residual add for one 16-byte vector: v = round(v + res) (the add in the activations' dtype). The
+// caller stores h later, with y: a store here would hold the row's next loads behind it (the compiler cannot tell h
+// from x or res), one memory round trip per vector.
 template <class TX, int V>
-__device__ __forceinline__ void add_residual(cuda::Packed<TX, V>& v, const TX* res, TX* h) {
+__device__ __forceinline__ void add_residual(cuda::Packed<TX, V>& v, const TX* res) {
   static_assert(cuda::Packed<TX, V>::kWords == 1);
   float r[V], sum[V];
   load_vec<TX, V>(res, r);
 #pragma unroll
   for (int j = 0; j < V; ++j) sum[j] = v[j] + r[j];
   v.u[0] = cuda::pack16<TX>(sum);
-  __stcg(reinterpret_cast<uint4*>(h), v.u[0]);
 }
 
 __device__ __forceinline__ float rstd_of(float sum_sq, int64_t cols, float eps) {
@@ -143,9 +144,7 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
       const int64_t c = c0 + (int64_t(i) * blockDim.x + threadIdx.x) * V;
       if (live && c < c_end) {
         v[i].load(x + c);
-        if constexpr (kAdd)
-          add_residual<TX, V>(v[i], static_cast<const TX*>(a.res) + row * a.res_stride + c,
-                              static_cast<TX*>(a.h) + row * a.h_stride + c);
+        if constexpr (kAdd) add_residual<TX, V>(v[i], static_cast<const TX*>(a.res) + row * a.res_stride + c);
       } else {
         v[i].zero();
       }
@@ -172,6 +171,7 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
     for (int i = 0; i < NV; ++i) {
       const int64_t c = c0 + (int64_t(i) * blockDim.x + threadIdx.x) * V;
       if (c < c_end) {
+        if constexpr (kAdd) __stcg(reinterpret_cast<uint4*>(static_cast<TX*>(a.h) + row * a.h_stride + c), v[i].u[0]);
         float xf[V], s[V], out[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) xf[j] = v[i][j];
