@@ -40,21 +40,31 @@ __device__ __forceinline__ int64_t load_index(const void* idx, int64_t i) {
 }
 
 template <class T, class I, int V>
-__global__ void __launch_bounds__(kThreads)
-    fwd(const void* idx, int64_t n, const T* w, int64_t vocab, int64_t w_stride, T* y, int64_t y_stride, int64_t h) {
+__global__ void __launch_bounds__(kThreads) fwd(const void* idx, int64_t n, const T* __restrict__ w, int64_t vocab,
+                                                int64_t w_stride, T* __restrict__ y, int64_t y_stride, int64_t h) {
+  // Each lane loads kAhead vectors of a row before it stores any: with a store between them the next load waited
+  // for it (one memory round trip per 512 bytes of a warp), too few bytes in flight for the copy rate.
+  constexpr int kAhead = 4;
   const int lane = threadIdx.x % 32;
   for (int64_t i = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; i < n; i += int64_t(gridDim.x) * kWarps) {
     const int64_t v = load_index<I>(idx, i);
-    const bool ok = v >= 0 && v < vocab;
-    const T* src = w + (ok ? v : 0) * w_stride;
     T* dst = y + i * y_stride;
-    for (int64_t c = int64_t(lane) * V; c < h; c += 32 * V) {
-      float vals[V];
-      cuda::load_vec<T, V>(src + c, vals);
-      if (!ok)
+    if (v < 0 || v >= vocab) {  // out of range: a row of NaN
+      float nan[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) vals[j] = NAN;
-      cuda::store_vec<T, V>(dst + c, vals);
+      for (int j = 0; j < V; ++j) nan[j] = NAN;
+      for (int64_t c = int64_t(lane) * V; c < h; c += 32 * V) cuda::store_vec<T, V>(dst + c, nan);
+      continue;
+    }
+    const T* src = w + v * w_stride;
+    for (int64_t c0 = int64_t(lane) * V; c0 < h; c0 += 32 * V * kAhead) {
+      float vals[kAhead][V];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u)
+        if (c0 + u * 32 * V < h) cuda::load_vec<T, V>(src + c0 + u * 32 * V, vals[u]);
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u)
+        if (c0 + u * 32 * V < h) cuda::store_vec<T, V>(dst + c0 + u * 32 * V, vals[u]);
     }
   }
 }
