@@ -2,8 +2,8 @@
 // cos/sin entries of that unit once and applies them to every head of q and k (one or two "parts"), so the tables
 // are read from memory once per position instead of once per head (they were twice the traffic of q and k).
 // A rotation unit covers both members of V pairs (rotate-half: elements e..e+V and their partners e+R/2..;
-// interleaved: the adjacent pairs inside e..e+V); a pass-through unit copies V elements past R. Heads are processed
-// four at a time (all loads before any store) to keep enough bytes in flight. A thread reads everything it writes
+// interleaved: the adjacent pairs inside e..e+V); a pass-through unit copies V elements past R. A thread loads its next
+// heads before it stores the ones in hand, to keep enough bytes in flight. A thread reads everything it writes
 // before writing it, so in-place calls (out == x) need no synchronisation.
 #pragma once
 
@@ -80,6 +80,8 @@ struct Regs<T, N, true> {  // vector path: one 16-byte load
 };
 
 // One part's heads h0, h0 + step, ... for the rotation unit at element e (partner f for rotate-half).
+// The next group of heads is loaded before this group is stored: a store ahead of a load holds the load behind it
+// (the compiler cannot tell the output from the input), which left one memory round trip per group in flight.
 // The table entries are (re)loaded once per group of heads, from L1: holding them across the whole loop as floats
 // cost 32 registers more and halved the resident threads.
 template <class T, class TC, int V, bool INTERLEAVED, int kHeadsAtOnce>
@@ -90,23 +92,28 @@ __device__ __forceinline__ void rotate_heads(const Part& p, int64_t b, int64_t t
   const T* xf = xe + (f - e);
   T* oe = static_cast<T*>(p.out) + b * p.o_b + t * p.o_t + e;
   T* of = oe + (f - e);
+  Regs<T, V> va[kHeadsAtOnce], vb[kHeadsAtOnce];
+  auto load_group = [&](int64_t h, Regs<T, V>(&ra)[kHeadsAtOnce], Regs<T, V>(&rb)[kHeadsAtOnce]) {
+#pragma unroll
+    for (int k = 0; k < kHeadsAtOnce; ++k) {
+      const int64_t hk = h + k * step;
+      if (hk < p.heads) {
+        ra[k].load(xe + hk * p.x_h);
+        if constexpr (!INTERLEAVED) rb[k].load(xf + hk * p.x_h);
+      }
+    }
+  };
+  load_group(h0, va, vb);
 #pragma unroll 1
   for (int64_t h = h0; h < p.heads; h += kHeadsAtOnce * step) {
+    Regs<T, V> na[kHeadsAtOnce], nb[kHeadsAtOnce];
+    if (h + kHeadsAtOnce * step < p.heads) load_group(h + kHeadsAtOnce * step, na, nb);
     Regs<TC, V> ca, cb, sa, sb;
     ca.load(cs + e);
     sa.load(sn + e);
     if constexpr (!INTERLEAVED) {
       cb.load(cs + f);
       sb.load(sn + f);
-    }
-    Regs<T, V> va[kHeadsAtOnce], vb[kHeadsAtOnce];
-#pragma unroll
-    for (int k = 0; k < kHeadsAtOnce; ++k) {
-      const int64_t hk = h + k * step;
-      if (hk < p.heads) {
-        va[k].load(xe + hk * p.x_h);
-        if constexpr (!INTERLEAVED) vb[k].load(xf + hk * p.x_h);
-      }
     }
 #pragma unroll
     for (int k = 0; k < kHeadsAtOnce; ++k) {
@@ -132,6 +139,8 @@ __device__ __forceinline__ void rotate_heads(const Part& p, int64_t b, int64_t t
         cuda::store_vec<T, V>(of + hk * p.o_h, b);
       }
     }
+#pragma unroll
+    for (int k = 0; k < kHeadsAtOnce; ++k) va[k] = na[k], vb[k] = nb[k];
   }
 }
 
