@@ -250,7 +250,8 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
     const TDY* dy = static_cast<const TDY*>(a.dy) + row * a.dy_stride;
     // x and dy stay packed in registers between the two sweeps (half the registers of floats for 16-bit types).
-    cuda::Packed<TX, V> xv[NV];
+    // kAdd: dh too, with them (loaded beside its use, after the previous vector's store of dx, it waited for it).
+    cuda::Packed<TX, V> xv[NV], hv[kAdd ? NV : 1];
     cuda::Packed<TDY, V> dv[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -258,9 +259,11 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
       if (live && c < a.cols) {
         xv[i].load(x + c);
         dv[i].load(dy + c);
+        if constexpr (kAdd) hv[i].load(static_cast<const TX*>(a.dh) + row * a.dh_stride + c);
       } else {
         xv[i].zero();
         dv[i].zero();
+        if constexpr (kAdd) hv[i].zero();
       }
     }
     const float r = live ? a.rstd[row] : 0.f;
@@ -291,7 +294,9 @@ __global__ void __launch_bounds__(kBwdMaxThreads) bwd_cached(BwdArgs a) {
         load_scale<TW, V>(a.w, c, a.offset, s);
 #pragma unroll
         for (int j = 0; j < V; ++j) out[j] = r * (dv[i][j] * s[j] - xv[i][j] * r * mean);
-        if constexpr (kAdd) add_grad<TX, V>(a, row, c, out);
+        if constexpr (kAdd)
+#pragma unroll
+          for (int j = 0; j < V; ++j) out[j] += hv[i][j];
         store_vec<TX, V>(dx + c, out);
       }
     }
