@@ -1,13 +1,16 @@
-// RMSNorm forward, bf16, 8192 rows of 4096 to 24576 columns: the cached kernel with a row in one block (4 vectors of
-// 8 elements a thread, a row per block past 1024 columns) and over a thread block cluster of 2 or 4 blocks (the
-// shipped plan past 128 threads a row: rms_norm_cuda.cu), against 2 vectors a thread (a row over twice the threads)
-// and the uncached kernel. What closes the long-row forward's distance to the copy rate. Diagnostic only.
+// RMSNorm forward, bf16, 8192 rows of 4096 to 24576 columns: the shipped cached kernel as planned (4 vectors of 8
+// elements a thread, a row per block past 1024 columns) against the same kernel with 2 vectors a thread (a row over
+// twice the threads), the uncached kernel, and a row split over a thread block cluster of 2 or 4 blocks that exchange
+// their sums of squares through distributed shared memory (a long row as several small, independent blocks, as short
+// rows run; on an H100 it lost at every length: docs/performance/load-order.md). Diagnostic only.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -Isrc -Iinclude \
 //     -o build/rms_norm_rows bench/micro/rms_norm_rows.cu
 //   build/rms_norm_rows [rows]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cooperative_groups.h>
 
 #include <cmath>
 #include <cstdio>
@@ -26,16 +29,52 @@ __global__ void fill(T* p, int64_t n, float scale) {
     p[i] = __float2bfloat16_rn(scale * __sinf(float(i % 1000003) * 0.37f));
 }
 
-// Launches kernel as a cluster of c blocks along x (c = 1: a plain launch).
-template <class Kernel>
-void launch(Kernel kernel, unsigned grid, dim3 block, unsigned c, const tigon::rms_norm::FwdArgs& a) {
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr{};
-  cfg.gridDim = dim3(grid), cfg.blockDim = block;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = c, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr, cfg.numAttrs = c > 1 ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+// A row over a cluster of C blocks, 4 vectors a thread, each block a C-th of the row (cols a multiple of 32 * V * C).
+template <int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024) fwd_cluster(tigon::rms_norm::FwdArgs a) {
+  namespace rk = tigon::rms_norm::kern;
+  constexpr int NV = 4;
+  __shared__ float red[32];
+  __shared__ float part[C];
+  auto cluster = cooperative_groups::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x / C, seg = a.cols / C, c0 = rank * seg;
+  const T* x = static_cast<const T*>(a.x) + row * a.x_stride + c0;
+  tigon::cuda::Packed<T, V> v[NV];
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+    if (c < seg)
+      v[i].load(x + c);
+    else
+      v[i].zero();
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV; ++i)
+#pragma unroll
+    for (int j = 0; j < V; ++j) ss += v[i][j] * v[i][j];
+  ss = tigon::cuda::row_sum(ss, red);
+  if (threadIdx.x < C) *cluster.map_shared_rank(&part[rank], int(threadIdx.x)) = ss;
+  cluster.sync();  // every block's sum in every block; nobody reads a peer's memory after this
+  float total = 0.f;
+#pragma unroll
+  for (int k = 0; k < C; ++k) total += part[k];
+  const float r = rk::rstd_of(total, a.cols, a.eps);
+  if (rank == 0 && threadIdx.x == 0) a.rstd[row] = r;
+  T* y = static_cast<T*>(a.y) + row * a.y_stride + c0;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+    if (c < seg) {
+      float xf[V], s[V], out[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) xf[j] = v[i][j];
+      rk::load_scale<T, V>(a.w, c0 + c, a.offset, s);
+      rk::normalize<T, V>(a.mode, r, xf, s, out);
+      tigon::cuda::store_vec<T, V>(y + c, out);
+    }
+  }
 }
 
 // Threads per row and rows per block as the library plans a cached kernel with nv vectors a thread.
@@ -75,22 +114,22 @@ int main(int argc, char** argv) {
       const unsigned grid = unsigned((rows + block.y - 1) / block.y);
       report(what, block, time_us([&] { kernel<<<grid, block>>>(a); }));
     };
-    cached(rk::fwd_cached<T, T, T, 4, false>, 4, "cached, one block a row");
+    cached(rk::fwd_cached<T, T, T, 4, false>, 4, "cached, 4 vectors (shipped)");
     const std::vector<float> ref = read_floats(y, 64 * cols);
     cached(rk::fwd_cached<T, T, T, 2, false>, 2, "cached, 2 vectors");
     const dim3 ub(unsigned(std::min<int64_t>(std::max<int64_t>((cols / V / 4 + 31) / 32 * 32, 32), 1024)));
     auto cluster = [&](auto kernel, int c, const char* what) {
-      const int64_t span = (cols / V + c - 1) / c;  // vectors a block holds, as the plan splits a row
-      const dim3 block(unsigned((span + 4 * 32 - 1) / (4 * 32) * 32));
-      report(what, block, time_us([&] { launch(kernel, unsigned(rows * c), block, c, a); }));
-      // Against the one-block kernel's output, first 64 rows (the sums' order differs: a unit apart at most, rarely)
+      const dim3 block(unsigned(cols / c / V / 4));
+      if (cols % (32 * V * c) != 0 || block.x > 1024) return;
+      report(what, block, time_us([&] { kernel<<<unsigned(rows * c), block>>>(a); }));
+      // Against the shipped kernel's output, first 64 rows (the sums' order differs: a unit apart at most, rarely)
       const std::vector<float> got = read_floats(y, 64 * cols);
       float worst = 0.f;
       for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - ref[i]));
-      std::printf("  %-34s largest difference from one block over 64 rows: %g\n", "", worst);
+      std::printf("  %-34s largest difference from shipped over 64 rows: %g\n", "", worst);
     };
-    cluster(rk::fwd_cached<T, T, T, 4, false, 2>, 2, "cached, cluster of 2 blocks a row");
-    cluster(rk::fwd_cached<T, T, T, 4, false, 4>, 4, "cached, cluster of 4 blocks a row");
+    cluster(fwd_cluster<2>, 2, "cluster of 2 blocks a row");
+    cluster(fwd_cluster<4>, 4, "cluster of 4 blocks a row");
     report("uncached", ub, time_us([&] { rk::fwd_uncached<T, T, T, V, false><<<unsigned(rows), ub>>>(a); }));
   }
   return 0;

@@ -24,7 +24,6 @@ struct Plan {
   dim3 block;           // (threads per row, row slots per block)
   unsigned grid = 0;    // the backward may launch fewer blocks: as many as stay resident
   int sms = 0;          // multiprocessors of the device (backward)
-  int cluster = 1;      // cached forward: blocks a row is spread over (a thread block cluster when > 1)
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

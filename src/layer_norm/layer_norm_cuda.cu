@@ -15,7 +15,6 @@ namespace tigon::layer_norm {
 namespace {
 
 using row_plan::cached_shape;
-using row_plan::ceil_div;
 using row_plan::cols_vectorizable;
 using row_plan::current_device;
 using row_plan::param_aligned;
@@ -34,18 +33,9 @@ Plan fwd_plan(const FwdProblem& pr) {
   const bool vec =
       cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) && param_aligned(pr.b);
   const Shape s = cached_shape(pr.x.cols, pr.x.dtype, kFwdNv);
-  if (!vec || row_plan::uncached_forced() || s.tpr > kFwdMaxThreads) return row_plan::uncached_plan(pr.x, vec, INT_MAX);
-  // Rows of 128 to 512 threads over a cluster of 2 or 4 small blocks, as RMSNorm's forward.
-  const int small = kern::kFwdSmallThreads;
-  const int cluster = s.tpr > 4 * small ? 1 : s.tpr > 2 * small ? 4 : s.tpr > small ? 2 : 1;
-  if (cluster == 1) return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
-  const int v = 16 / dtype_bytes(pr.x.dtype);
-  Shape part;
-  part.tpr = int(ceil_div(ceil_div(ceil_div(pr.x.cols / v, cluster), kFwdNv), 32) * 32), part.rpb = 1;
-  Plan p = row_plan::cached_plan(part, kFwdNv, 1, pr.x.rows, INT_MAX / cluster);
-  p.grid *= cluster;
-  p.cluster = cluster;
-  return p;
+  if (vec && !row_plan::uncached_forced() && s.tpr <= kFwdMaxThreads)
+    return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
+  return row_plan::uncached_plan(pr.x, vec, INT_MAX);
 }
 
 // The cached backward's layout: c vectors of each of r rows per thread, and the block shape; tpr 0 when the row is

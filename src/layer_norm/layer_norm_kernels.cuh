@@ -9,12 +9,10 @@
 // slot as partial rows; cuda::column_sum2 then adds those in a fixed order: deterministic, no atomics.
 #pragma once
 
-#include <cooperative_groups.h>
-
-#include <type_traits>
-
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
+
+#include <type_traits>
 
 namespace tigon::layer_norm {
 
@@ -98,31 +96,21 @@ __device__ __forceinline__ float xhat(float x, float mean, float rstd, float neg
 // Small: blocks of at most kFwdSmallThreads threads (rows of up to 4096 16-bit elements at NV = 4), registers capped
 // so that kFwdSmallBlocks of them share an SM (48 registers, 10 blocks, where 54 let 9).
 constexpr int kFwdSmallThreads = 128, kFwdSmallBlocks = 10;
-// kCluster > 1: a row over a thread block cluster of that many blocks (Small blocks), as RMSNorm's forward spreads a
-// long row (rms_norm_kernels.cuh says why): each block's two sums written into every block's shared memory, in one of
-// two slots that consecutive rows alternate, one cluster barrier a row.
-template <class TX, class TP, int NV, bool Small = false, int kCluster = 1>
+template <class TX, class TP, int NV, bool Small = false>
 __global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Small ? kFwdSmallBlocks : 1)
     fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ __align__(16) float red[2][64];  // [warps][2] per call; consecutive row groups alternate buffers
-  __shared__ float2 sums[2][kCluster];
-  int rank = 0, c0 = 0, cols = int(a.cols);  // the cached kernels' rows are short: int offsets
-  if constexpr (kCluster > 1) {              // this block's columns: [c0, cols)
-    rank = int(cooperative_groups::this_cluster().block_rank());
-    const int span = (cols / V + kCluster - 1) / kCluster * V;
-    c0 = rank * span, cols = min(cols, c0 + span);
-  }
+  const int cols = int(a.cols);               // the cached kernels' rows are short: int offsets
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  int slot = 0;
-  for (int64_t g = blockIdx.x / kCluster; g < groups; g += gridDim.x / kCluster, slot ^= 1) {
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
     cuda::Packed<TX, V> v[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int c = c0 + (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
+      const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
       if (live && c < cols)
         v[i].load(x + c);
       else
@@ -136,8 +124,8 @@ __global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Sma
     float s[2] = {0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int c = c0 + (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
-      if (c < cols)                                           // padding lanes hold 0, not data: leave them out
+      const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
+      if (c < cols)                                      // padding lanes hold 0, not data: leave them out
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float d = elem(v[i], j) - k;
@@ -146,22 +134,13 @@ __global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Sma
         }
     }
     cuda::row_sums(s, red[g & 1]);
-    if constexpr (kCluster > 1) {  // the blocks' sums, added in rank order: the same bits in every block
-      const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-      if (threadIdx.x < kCluster)
-        *cluster.map_shared_rank(&sums[slot][rank], int(threadIdx.x)) = make_float2(s[0], s[1]);
-      cluster.sync();
-      s[0] = s[1] = 0.f;
-#pragma unroll
-      for (int r = 0; r < kCluster; ++r) s[0] += sums[slot][r].x, s[1] += sums[slot][r].y;
-    }
 #pragma unroll
     for (int i = 0; i < NV; ++i) launder(v[i]);
     const float shift = s[0] * a.inv_cols, mean = k + shift;
     const float var = fmaxf(s[1] * a.inv_cols - shift * shift, 0.f);
     const float rstd = rsqrtf(var + a.eps);
     if (!live) continue;
-    if (threadIdx.x == 0 && rank == 0 && a.mean) {
+    if (threadIdx.x == 0 && a.mean) {
       a.mean[row] = mean;
       a.rstd[row] = rstd;
     }
@@ -169,7 +148,7 @@ __global__ void __launch_bounds__(Small ? kFwdSmallThreads : kFwdMaxThreads, Sma
     const float neg_mr = -mean * rstd;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int c = c0 + (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
+      const int c = (i * blockDim.x + threadIdx.x) * V;  // < 4 * 1024 * 8: an int
       if (c < cols) {
         float w[V], b[V], out[V];
         load_param<TP, V>(a.w, c, 1.f, w);

@@ -16,15 +16,7 @@ using Plan = row_plan::Plan;
 template <class TX, class TP>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
-  if (p.cached && p.cluster > 1) {
-    auto kernel = p.cluster == 4 ? kern::fwd_cached<TX, TP, 4, true, 4> : kern::fwd_cached<TX, TP, 4, true, 2>;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(p.cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(p.grid), cfg.blockDim = p.block, cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
-    TIGON_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
-  } else if (p.cached) {
+  if (p.cached) {
     const bool small = p.block.x * p.block.y <= unsigned(kern::kFwdSmallThreads);
     auto kernel = small ? kern::fwd_cached<TX, TP, 4, true> : kern::fwd_cached<TX, TP, 4>;
     kernel<<<p.grid, p.block, 0, stream>>>(a);

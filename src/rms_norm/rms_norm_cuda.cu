@@ -15,7 +15,6 @@ namespace tigon::rms_norm {
 namespace {
 
 using row_plan::cached_shape;
-using row_plan::ceil_div;
 using row_plan::cols_vectorizable;
 using row_plan::current_device;
 using row_plan::param_aligned;
@@ -30,25 +29,14 @@ using row_plan::Shape;
 // 67 us for a block per row group). The backward, which also keeps the dw sums in registers, ran 112 us with 2
 // vectors and 116 us with 4 (loading the next row ahead cost occupancy: 148 us); rows too long for 2 take 4.
 constexpr int kFwdNv = 4;
-// From more threads a row than this the forward spreads a row over a cluster of 2 or 4 blocks.
-constexpr int kFwdClusterThreads = 128;
 
 Plan fwd_plan(const FwdProblem& pr) {
   const bool vec = cols_vectorizable(pr.x) && rows_aligned(pr.x) && rows_aligned(pr.y) && param_aligned(pr.w) &&
                    (!pr.add || (rows_aligned(pr.res) && rows_aligned(pr.h)));
   const Shape s = cached_shape(pr.x.cols, pr.x.dtype, kFwdNv);
-  if (!vec || row_plan::uncached_forced() || s.tpr > kFwdMaxThreads) return row_plan::uncached_plan(pr.x, vec, INT_MAX);
-  // Long rows over a cluster of blocks of at most kFwdClusterThreads each (rms_norm_kernels.cuh says why).
-  const int cluster = s.tpr > 2 * kFwdClusterThreads ? 4 : s.tpr > kFwdClusterThreads ? 2 : 1;
-  if (cluster == 1) return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
-  const int v = 16 / dtype_bytes(pr.x.dtype);
-  const int64_t span = ceil_div(pr.x.cols / v, cluster);  // vectors a block holds
-  Shape part;
-  part.tpr = int(ceil_div(ceil_div(span, kFwdNv), 32) * 32), part.rpb = 1;
-  Plan p = row_plan::cached_plan(part, kFwdNv, 1, pr.x.rows, INT_MAX / cluster);
-  p.grid *= cluster;
-  p.cluster = cluster;
-  return p;
+  if (vec && !row_plan::uncached_forced() && s.tpr <= kFwdMaxThreads)
+    return row_plan::cached_plan(s, kFwdNv, 1, pr.x.rows, INT_MAX);
+  return row_plan::uncached_plan(pr.x, vec, INT_MAX);
 }
 
 // The cached backward's vectors per thread and block shape; tpr 0 when the row is too long for it (or the uncached

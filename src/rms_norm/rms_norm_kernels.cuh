@@ -11,8 +11,6 @@
 // Without it the kernels compile to exactly the plain RMSNorm's.
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include "common/async_copy.cuh"
 #include "common/cuda_types.cuh"
 #include "common/reduce.cuh"
@@ -104,45 +102,24 @@ __device__ __forceinline__ float rstd_of(float sum_sq, int64_t cols, float eps) 
   return 1.f / sqrtf(sum_sq / float(cols) + eps);
 }
 
-// The columns of a row that block `rank` of a kCluster-block cluster holds: [begin, end). One block: all of them.
-template <int kCluster, int V>
-__device__ __forceinline__ void cluster_span(int64_t cols, int rank, int64_t& begin, int64_t& end) {
-  if constexpr (kCluster == 1) {
-    begin = 0, end = cols;
-  } else {
-    const int64_t span = (cols / V + kCluster - 1) / kCluster * V;
-    begin = rank * span, end = begin + span < cols ? begin + span : cols;
-  }
-}
-
-// kCluster > 1: a row over a thread block cluster of that many blocks (a long row as several small blocks, as short
-// rows run: one block of a long row waits at its reduction with nothing in flight), each block's sum of squares
-// written into every block's shared memory, one cluster barrier a row. Rows alternate between two slots, so a block
-// already on its next row never writes over a slot a peer still reads.
-template <class TX, class TW, class TY, int NV, bool kAdd, int kCluster = 1>
+template <class TX, class TW, class TY, int NV, bool kAdd>
 __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
   constexpr int V = 16 / sizeof(TX);
   __shared__ float red[32];
-  __shared__ float sums[2][kCluster];
   // Launched as a programmatic dependent (decode steps chain these kernels): the kernel ahead's writes first; the
   // next kernel may start its own prologue meanwhile.
   cuda::grid_dependency_wait();
   cuda::allow_dependents();
-  int rank = 0;
-  if constexpr (kCluster > 1) rank = int(cooperative_groups::this_cluster().block_rank());
-  int64_t c0, c_end;
-  cluster_span<kCluster, V>(a.cols, rank, c0, c_end);
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
-  int slot = 0;
-  for (int64_t g = blockIdx.x / kCluster; g < groups; g += gridDim.x / kCluster, slot ^= 1) {
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t row = g * blockDim.y + threadIdx.y;
     const bool live = row < a.rows;
     const TX* x = static_cast<const TX*>(a.x) + row * a.x_stride;
     cuda::Packed<TX, V> v[NV];
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int64_t c = c0 + (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (live && c < c_end) {
+      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+      if (live && c < a.cols) {
         v[i].load(x + c);
         if constexpr (kAdd) add_residual<TX, V>(v[i], static_cast<const TX*>(a.res) + row * a.res_stride + c);
       } else {
@@ -155,22 +132,14 @@ __global__ void __launch_bounds__(kFwdMaxThreads) fwd_cached(FwdArgs a) {
 #pragma unroll
       for (int j = 0; j < V; ++j) ss += v[i][j] * v[i][j];
     ss = cuda::row_sum(ss, red);
-    if constexpr (kCluster > 1) {  // the blocks' sums, added in rank order: the same bits in every block
-      const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-      if (threadIdx.x < kCluster) *cluster.map_shared_rank(&sums[slot][rank], int(threadIdx.x)) = ss;
-      cluster.sync();
-      ss = 0.f;
-#pragma unroll
-      for (int k = 0; k < kCluster; ++k) ss += sums[slot][k];
-    }
     const float r = rstd_of(ss, a.cols, a.eps);
     if (!live) continue;
-    if (threadIdx.x == 0 && rank == 0 && a.rstd) a.rstd[row] = r;
+    if (threadIdx.x == 0 && a.rstd) a.rstd[row] = r;
     TY* y = static_cast<TY*>(a.y) + row * a.y_stride;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      const int64_t c = c0 + (int64_t(i) * blockDim.x + threadIdx.x) * V;
-      if (c < c_end) {
+      const int64_t c = (int64_t(i) * blockDim.x + threadIdx.x) * V;
+      if (c < a.cols) {
         if constexpr (kAdd) __stcg(reinterpret_cast<uint4*>(static_cast<TX*>(a.h) + row * a.h_stride + c), v[i].u[0]);
         float xf[V], s[V], out[V];
 #pragma unroll

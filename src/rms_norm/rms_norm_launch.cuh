@@ -20,11 +20,7 @@ template <class TX, class TW, class TY, bool kAdd>
 void launch_fwd(const FwdArgs& a, const Plan& p, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TX);
   const dim3 grid(p.grid);
-  if (p.cached && p.cluster == 4)
-    cuda::launch_pdl(grid, p.block, 0, stream, dim3(4, 1, 1), kern::fwd_cached<TX, TW, TY, 4, kAdd, 4>, a);
-  else if (p.cached && p.cluster == 2)
-    cuda::launch_pdl(grid, p.block, 0, stream, dim3(2, 1, 1), kern::fwd_cached<TX, TW, TY, 4, kAdd, 2>, a);
-  else if (p.cached)
+  if (p.cached)
     cuda::launch_pdl(grid, p.block, 0, stream, kern::fwd_cached<TX, TW, TY, 4, kAdd>, a);
   else if (p.vec)
     cuda::launch_pdl(grid, p.block, 0, stream, kern::fwd_uncached<TX, TW, TY, V, kAdd>, a);

@@ -96,8 +96,8 @@ TEST_P(LayerNormCudaUncached, MatchesReference) {
 // Which kernel each case reaches with the library's plan (forward 4 vectors per thread, backward 2 vectors of each of
 // 2 rows, or 4 of one row).
 const Case kShapes[] = {
-    // cached kernels (the forward's rows past 128 threads over a cluster of 2 or 4 blocks, 12296 columns leaving the
-    // last block a shorter span; backward 256-512 threads a row)
+    // cached kernels, one row per block (forward 128-512 threads a row, 12296 columns leaving the last threads part
+    // of a vector's stride; backward 256-512)
     Case{DType::kFloat16, DType::kFloat32, true, true, 5, 12296, 0},
     Case{DType::kBFloat16, DType::kBFloat16, true, true, 64, 4096, 0},
     Case{DType::kBFloat16, DType::kFloat32, true, true, 1, 4096, 0},
