@@ -1,16 +1,21 @@
-// RoPE forward, rotate-half, bf16 q (B, Hq, T, D) and k (B, Hk, T, D) out of place with cos/sin (1, T, D): the
-// shipped kernel (one thread per position and unit, walking every head with the tables in registers) against flat
-// kernels that give each thread H heads of one position and unit and read the tables per thread (from L1 / L2).
-// What closes the distance to torch.compile's elementwise kernel. Diagnostic only.
+// RoPE, bf16 q (B, Hq, T, D) and k (B, Hk, T, D) with cos/sin (1, T, D): the shipped kernel (one thread per position
+// and unit, walking its heads with the next one loaded ahead) against a flat kernel with one thread per head,
+// position and unit that reads the tables per thread (from L1 / L2), written with the shipped kernel's generality
+// (both parts in one launch, any strides, interleaved pairs, partial rotary with the pass-through copy, the
+// backward, in place) so that it can replace it. Each case first checks the flat kernel's output bit for bit against
+// the shipped one's, then times both. Diagnostic only.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -Isrc -Iinclude \
-//     -o build/rope_variants bench/micro/rope_variants.cu src/common/device.cpp
-//   build/rope_variants [B Hq Hk T D]
+//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -DTIGON_CUDA_ARCHS_STRING=\"90a\" \
+//     -Isrc -Iinclude -o build/rope_variants bench/micro/rope_variants.cu src/common/device.cpp
+//   build/rope_variants [B Hq Hk T D]   (default: the sweep's layouts, and the feature cases at 4 x 32 / 8 x 4096 x
+//   128)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "common/device.h"
 #include "micro_util.cuh"
@@ -20,51 +25,73 @@ namespace {
 
 using T = __nv_bfloat16;
 constexpr int V = 8;
+namespace rk = tigon::rope::kern;
 
-struct Flat {
-  const T *q, *k, *cos, *sin;
-  T *qo, *ko;
-  int64_t batch, hq, hk, seq, dim;
-  int units;  // rotation units per head row: dim / 2 / V
-};
-
-// Thread -> (unit, position, head group, batch, tensor); H heads of one group per thread, all loads before any store.
-template <int H>
-__global__ void __launch_bounds__(256) flat(Flat p) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t q_groups = p.hq / H, k_groups = p.hk / H;
-  const int64_t per_b = (q_groups + k_groups) * p.seq * p.units;
-  if (i >= p.batch * per_b) return;
-  const int u = int(i % p.units);
-  const int64_t t = (i / p.units) % p.seq, g = (i / (p.units * p.seq)) % (q_groups + k_groups), b = i / per_b;
-  const bool is_q = g < q_groups;
-  const int64_t heads = is_q ? p.hq : p.hk, h0 = is_q ? g : g - q_groups;
-  const T* x = (is_q ? p.q : p.k) + ((b * heads + h0) * p.seq + t) * p.dim + u * V;
-  T* o = (is_q ? p.qo : p.ko) + ((b * heads + h0) * p.seq + t) * p.dim + u * V;
-  const int64_t hstride = (heads / H) * p.seq * p.dim;  // heads h0, h0 + heads / H, ...
-  const int half = int(p.dim / 2);
-  uint4 xa[H], xb[H];
-#pragma unroll
-  for (int j = 0; j < H; ++j) {
-    xa[j] = *reinterpret_cast<const uint4*>(x + j * hstride);
-    xb[j] = *reinterpret_cast<const uint4*>(x + j * hstride + half);
+// One part's item i (unit fastest, then the inner one of head and position, then the other, then batch).
+template <class TT, class TC, int VV, int PV, bool INTERLEAVED, bool BWD>
+__device__ __forceinline__ void flat_item(const rk::Args& a, const rk::Part& p, int64_t i, bool head_inner) {
+  const int units = a.rot_units + a.pass_units;
+  const int u = int(i % units);
+  const int64_t r = i / units;
+  int64_t h, t, b;
+  if (head_inner) {
+    h = r % p.heads, t = (r / p.heads) % a.seq, b = r / p.heads / a.seq;
+  } else {
+    t = r % a.seq, h = (r / a.seq) % p.heads, b = r / a.seq / p.heads;
   }
-  float ca[V], cb[V], sa[V], sb[V];
-  const T* cs = p.cos + t * p.dim + u * V;
-  const T* sn = p.sin + t * p.dim + u * V;
-  tigon::cuda::load_vec<T, V>(cs, ca);
-  tigon::cuda::load_vec<T, V>(cs + half, cb);
-  tigon::cuda::load_vec<T, V>(sn, sa);
-  tigon::cuda::load_vec<T, V>(sn + half, sb);
+  const TT* x = static_cast<const TT*>(p.x) + b * p.x_b + t * p.x_t + h * p.x_h;
+  TT* o = static_cast<TT*>(p.out) + b * p.o_b + t * p.o_t + h * p.o_h;
+  if (u >= a.rot_units) {  // pass-through dims: a plain copy, out of place only
+    if (!p.copy_pass) return;
+    const int e = a.rotary + (u - a.rot_units) * PV;
+    float v[PV];
+    tigon::cuda::load_vec<TT, PV>(x + e, v);
+    tigon::cuda::store_vec<TT, PV>(o + e, v);
+    return;
+  }
+  const int e = u * VV, f = INTERLEAVED ? e : e + a.half;
+  rk::Regs<TT, VV> va, vb;
+  va.load(x + e);
+  if constexpr (!INTERLEAVED) vb.load(x + f);
+  const TC* cs = static_cast<const TC*>(a.cos) + b * a.c_b + t * a.c_t;
+  const TC* sn = static_cast<const TC*>(a.sin) + b * a.s_b + t * a.s_t;
+  rk::Regs<TC, VV> ca, cb, sa, sb;
+  ca.load(cs + e);
+  sa.load(sn + e);
+  if constexpr (!INTERLEAVED) {
+    cb.load(cs + f);
+    sb.load(sn + f);
+  }
+  float av[VV], bv[VV];
+  if constexpr (INTERLEAVED) {
 #pragma unroll
-  for (int j = 0; j < H; ++j) {
-    float a[V], bb[V], na[V], nb[V];
-    tigon::cuda::unpack_words<T>(xa[j], a);
-    tigon::cuda::unpack_words<T>(xb[j], bb);
+    for (int j = 0; j < VV; j += 2) {
+      av[j] = va[j], av[j + 1] = va[j + 1];
+      rk::rotate_pair(av[j], av[j + 1], ca[j], ca[j + 1], sa[j], sa[j + 1], BWD);
+    }
+    tigon::cuda::store_vec<TT, VV>(o + e, av);
+  } else {
 #pragma unroll
-    for (int e = 0; e < V; ++e) na[e] = a[e] * ca[e] - bb[e] * sa[e], nb[e] = bb[e] * cb[e] + a[e] * sb[e];
-    tigon::cuda::store_vec<T, V>(o + j * hstride, na);
-    tigon::cuda::store_vec<T, V>(o + j * hstride + half, nb);
+    for (int j = 0; j < VV; ++j) {
+      av[j] = va[j], bv[j] = vb[j];
+      rk::rotate_pair(av[j], bv[j], ca[j], cb[j], sa[j], sb[j], BWD);
+    }
+    tigon::cuda::store_vec<TT, VV>(o + e, av);
+    tigon::cuda::store_vec<TT, VV>(o + f, bv);
+  }
+}
+
+template <class TT, class TC, int VV, int PV, bool INTERLEAVED, bool BWD>
+__global__ void __launch_bounds__(256) flat(rk::Args a, bool head_inner) {
+  tigon::cuda::grid_dependency_wait();
+  tigon::cuda::allow_dependents();
+  const int64_t per_head = a.batch * a.seq * (a.rot_units + a.pass_units);
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n0 = per_head * a.part[0].heads;
+  if (i < n0) {  // parts by constant index (a runtime index copies both into registers)
+    flat_item<TT, TC, VV, PV, INTERLEAVED, BWD>(a, a.part[0], i, head_inner);
+  } else if (a.parts > 1 && (i -= n0) < per_head * a.part[1].heads) {
+    flat_item<TT, TC, VV, PV, INTERLEAVED, BWD>(a, a.part[1], i, head_inner);
   }
 }
 
@@ -73,71 +100,148 @@ __global__ void fill(T* p, int64_t n, float scale) {
     p[i] = __float2bfloat16_rn(scale * __sinf(float(i % 1000003) * 0.37f));
 }
 
+__global__ void count_diff(const uint16_t* a, const uint16_t* b, int64_t n, unsigned long long* out) {
+  unsigned long long c = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    c += a[i] != b[i];
+  if (c) atomicAdd(out, c);
+}
+
+struct Case {
+  const char* name;
+  int64_t B, Hq, Hk, S, D, R;  // R: rotary dims (D: all)
+  bool interleaved = false, bwd = false, bthd = false, in_place = false;
+};
+
+struct Buffers {
+  T *q, *k, *qo, *ko, *qr, *kr, *cs, *sn;
+  int64_t nq, nk;
+};
+
+// Runs the shipped kernel (as rope_cuda.cu plans it) or the flat one for case c.
+void run(const Case& c, const Buffers& m, bool use_flat) {
+  rk::Args a{};
+  const int64_t B = c.B, S = c.S, D = c.D;
+  auto part = [&](const T* x, T* o, int64_t H) {
+    // (B, H, T, D) storage, or (B, T, H, D) seen through strides
+    const int64_t xb = H * S * D, xh = c.bthd ? D : S * D, xt = c.bthd ? H * D : D;
+    return rk::Part{x, c.in_place ? const_cast<T*>(x) : o, H, xb, xh, xt, xb, xh, xt, !c.in_place};
+  };
+  a.parts = 2;
+  a.part[0] = part(m.q, m.qo, c.Hq);
+  a.part[1] = part(m.k, m.ko, c.Hk);
+  a.cos = m.cs, a.sin = m.sn;
+  a.c_b = 0, a.c_t = D, a.s_b = 0, a.s_t = D;
+  a.batch = B, a.seq = S;
+  a.rotary = int(c.R), a.half = int(c.R / 2);
+  a.rot_units = int(c.interleaved ? c.R / V : c.R / 2 / V);
+  a.pass_units = c.in_place ? 0 : int((D - c.R) / V);
+  const int64_t items = B * S * (a.rot_units + a.pass_units);
+  if (use_flat) {
+    const unsigned grid = unsigned((items * (c.Hq + c.Hk) + 255) / 256);
+    const bool inner = c.bthd;
+#define FLAT(I, W) flat<T, T, V, V, I, W><<<grid, 256>>>(a, inner)
+    if (c.interleaved)
+      c.bwd ? FLAT(true, true) : FLAT(true, false);
+    else
+      c.bwd ? FLAT(false, true) : FLAT(false, false);
+#undef FLAT
+    return;
+  }
+  const int64_t want = int64_t(tigon::sm_count(0)) * 2048;
+  a.head_split = std::clamp<int64_t>((want + items - 1) / items, 1, std::max(c.Hq, c.Hk));
+  const unsigned grid = unsigned((items * a.head_split + 255) / 256);
+#define SHIPPED(I, W) rk::rope<T, T, V, V, I, W, 1><<<grid, 256>>>(a)
+  if (c.interleaved)
+    c.bwd ? SHIPPED(true, true) : SHIPPED(true, false);
+  else
+    c.bwd ? SHIPPED(false, true) : SHIPPED(false, false);
+#undef SHIPPED
+}
+
+// Bit-for-bit check of the flat kernel against the shipped one, then both timed; copy: q and k copied once.
+void run_case(const Case& c, const Buffers& m, unsigned long long* diff) {
+  const int64_t nq = c.B * c.Hq * c.S * c.D, nk = c.B * c.Hk * c.S * c.D;
+  auto reset = [&] {  // fresh inputs (in place overwrites them) and poisoned outputs
+    fill<<<1024, 256>>>(m.q, nq, 1.f);
+    fill<<<1024, 256>>>(m.k, nk, 2.f);
+    CHECK(cudaMemset(m.qo, 0xff, nq * sizeof(T)));
+    CHECK(cudaMemset(m.ko, 0xff, nk * sizeof(T)));
+  };
+  const T* outq = c.in_place ? m.q : m.qo;
+  const T* outk = c.in_place ? m.k : m.ko;
+  reset();
+  run(c, m, false);
+  CHECK(cudaMemcpy(m.qr, outq, nq * sizeof(T), cudaMemcpyDeviceToDevice));
+  CHECK(cudaMemcpy(m.kr, outk, nk * sizeof(T), cudaMemcpyDeviceToDevice));
+  reset();
+  run(c, m, true);
+  CHECK(cudaMemset(diff, 0, sizeof(*diff)));
+  count_diff<<<1024, 256>>>(reinterpret_cast<const uint16_t*>(outq), reinterpret_cast<const uint16_t*>(m.qr), nq, diff);
+  count_diff<<<1024, 256>>>(reinterpret_cast<const uint16_t*>(outk), reinterpret_cast<const uint16_t*>(m.kr), nk, diff);
+  unsigned long long bad = 0;
+  CHECK(cudaMemcpy(&bad, diff, sizeof(bad), cudaMemcpyDeviceToHost));
+  const double bytes = 2.0 * (nq + nk) * sizeof(T);
+  const float copy = time_us([&] {
+    CHECK(cudaMemcpyAsync(m.qo, m.q, nq * sizeof(T), cudaMemcpyDeviceToDevice));
+    CHECK(cudaMemcpyAsync(m.ko, m.k, nk * sizeof(T), cudaMemcpyDeviceToDevice));
+  });
+  const float shipped = time_us([&] { run(c, m, false); }), flat_us = time_us([&] { run(c, m, true); });
+  std::printf(
+      "%-34s %lldx%lld/%lldx%lldx%lld R%lld  copy %7.1f  shipped %7.1f  flat %7.1f us (%4.0f GB/s)  "
+      "%llu elements differ\n",
+      c.name, (long long)c.B, (long long)c.Hq, (long long)c.Hk, (long long)c.S, (long long)c.D, (long long)c.R, copy,
+      shipped, flat_us, bytes / flat_us * 1e-3, bad);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t B = argc > 5 ? std::atoll(argv[1]) : 4, Hq = argc > 5 ? std::atoll(argv[2]) : 32,
-                Hk = argc > 5 ? std::atoll(argv[3]) : 8, S = argc > 5 ? std::atoll(argv[4]) : 4096,
-                D = argc > 5 ? std::atoll(argv[5]) : 128;
-  const int64_t nq = B * Hq * S * D, nk = B * Hk * S * D;
-  T *q, *k, *qo, *ko, *cs, *sn;
-  CHECK(cudaMalloc(&q, nq * sizeof(T)));
-  CHECK(cudaMalloc(&qo, nq * sizeof(T)));
-  CHECK(cudaMalloc(&k, nk * sizeof(T)));
-  CHECK(cudaMalloc(&ko, nk * sizeof(T)));
-  CHECK(cudaMalloc(&cs, S * D * sizeof(T)));
-  CHECK(cudaMalloc(&sn, S * D * sizeof(T)));
-  fill<<<1024, 256>>>(q, nq, 1.f);
-  fill<<<1024, 256>>>(k, nk, 2.f);
-  fill<<<256, 256>>>(cs, S * D, 1.f);
-  fill<<<256, 256>>>(sn, S * D, 0.5f);
-  const double bytes = 2.0 * (nq + nk) * sizeof(T);
-  std::printf("rope fwd %lld x %lld / %lld x %lld x %lld bf16, out of place: median us, GB/s\n", (long long)B,
-              (long long)Hq, (long long)Hk, (long long)S, (long long)D);
-  auto report = [&](const char* what, float us) {
-    std::printf("  %-40s %8.1f us  %6.0f GB/s\n", what, us, bytes / us * 1e-3);
-  };
-  report("copy (cudaMemcpy, q and k)", time_us([&] {
-           CHECK(cudaMemcpyAsync(qo, q, nq * sizeof(T), cudaMemcpyDeviceToDevice));
-           CHECK(cudaMemcpyAsync(ko, k, nk * sizeof(T), cudaMemcpyDeviceToDevice));
-         }));
-
-  // The shipped kernel, planned as rope_cuda.cu plans it.
-  namespace rk = tigon::rope::kern;
-  rk::Args a{};
-  a.parts = 2;
-  a.part[0] = rk::Part{q, qo, Hq, Hq * S * D, S * D, D, Hq * S * D, S * D, D, true};
-  a.part[1] = rk::Part{k, ko, Hk, Hk * S * D, S * D, D, Hk * S * D, S * D, D, true};
-  a.cos = cs, a.sin = sn;
-  a.c_b = 0, a.c_t = D, a.s_b = 0, a.s_t = D;
-  a.batch = B, a.seq = S;
-  a.rotary = int(D), a.half = int(D / 2);
-  a.rot_units = int(D / 2 / V), a.pass_units = 0;
-  const int64_t items = B * S * a.rot_units;
-  const int64_t want = int64_t(tigon::sm_count(0)) * 2048;
-  a.head_split = std::min<int64_t>(std::max<int64_t>((want + items - 1) / items, 1), Hq);
-  const unsigned grid = unsigned((items * a.head_split + 255) / 256);
-  std::printf("  (planned head_split %lld)\n", (long long)a.head_split);
-  report("shipped (head loop, tables in registers)",
-         time_us([&] { rk::rope<T, T, V, V, false, false, 1><<<grid, 256>>>(a); }));
-  // The same kernel with more threads sharing a position's heads (head_split): fewer heads per thread.
-  for (int64_t split : {Hq / 4, Hq / 2, Hq}) {
-    if (split <= a.head_split || split < 1) continue;
-    rk::Args b = a;
-    b.head_split = split;
-    char what[64];
-    std::snprintf(what, sizeof what, "shipped kernel, head_split %lld", (long long)split);
-    report(what,
-           time_us([&] { rk::rope<T, T, V, V, false, false, 1><<<unsigned((items * split + 255) / 256), 256>>>(b); }));
+  std::vector<Case> cases;
+  if (argc > 5) {
+    const int64_t B = std::atoll(argv[1]), Hq = std::atoll(argv[2]), Hk = std::atoll(argv[3]), S = std::atoll(argv[4]),
+                  D = std::atoll(argv[5]);
+    cases.push_back({"rotate-half", B, Hq, Hk, S, D, D});
+  } else {
+    for (auto s : std::vector<std::vector<int64_t>>{{4, 32, 8, 4096, 128},
+                                                    {4, 28, 4, 4096, 128},
+                                                    {4, 40, 8, 4096, 128},
+                                                    {4, 64, 8, 2048, 128},
+                                                    {4, 8, 4, 4096, 256},
+                                                    {4, 32, 32, 4096, 96},
+                                                    {4, 16, 16, 4096, 64}})
+      cases.push_back({"rotate-half", s[0], s[1], s[2], s[3], s[4], s[4]});
+    const Case base{"", 4, 32, 8, 4096, 128, 128};
+    Case c = base;
+    c.name = "backward", c.bwd = true, cases.push_back(c);
+    c = base, c.name = "interleaved", c.interleaved = true, cases.push_back(c);
+    c = base, c.name = "(B, T, H, D) storage", c.bthd = true, cases.push_back(c);
+    c = base, c.name = "partial rotary, pass-through copied", c.R = 64, cases.push_back(c);
+    c = base, c.name = "in place", c.in_place = true, cases.push_back(c);
   }
-
-  const Flat f{q, k, cs, sn, qo, ko, B, Hq, Hk, S, D, int(D / 2 / V)};
-  auto flat_grid = [&](int h) { return unsigned((B * (Hq / h + Hk / h) * S * f.units + 255) / 256); };
-  report("flat, 1 head per thread", time_us([&] { flat<1><<<flat_grid(1), 256>>>(f); }));
-  if (Hq % 2 == 0 && Hk % 2 == 0)
-    report("flat, 2 heads per thread", time_us([&] { flat<2><<<flat_grid(2), 256>>>(f); }));
-  if (Hq % 4 == 0 && Hk % 4 == 0)
-    report("flat, 4 heads per thread", time_us([&] { flat<4><<<flat_grid(4), 256>>>(f); }));
-  for (T* p : {q, k, qo, ko, cs, sn}) CHECK(cudaFree(p));
+  int64_t max_q = 0, max_k = 0, max_t = 0;
+  for (const Case& c : cases) {
+    max_q = std::max(max_q, c.B * c.Hq * c.S * c.D);
+    max_k = std::max(max_k, c.B * c.Hk * c.S * c.D);
+    max_t = std::max(max_t, c.S * c.D);
+  }
+  Buffers m{};
+  for (auto [p, n] : {std::pair{&m.q, max_q},
+                      {&m.qo, max_q},
+                      {&m.qr, max_q},
+                      {&m.k, max_k},
+                      {&m.ko, max_k},
+                      {&m.kr, max_k},
+                      {&m.cs, max_t},
+                      {&m.sn, max_t}})
+    CHECK(cudaMalloc(p, n * sizeof(T)));
+  fill<<<256, 256>>>(m.cs, max_t, 1.f);
+  fill<<<256, 256>>>(m.sn, max_t, 0.5f);
+  unsigned long long* diff;
+  CHECK(cudaMalloc(&diff, sizeof(*diff)));
+  std::printf("rope, bf16, median us; flat's rate counts q and k read and written once\n");
+  for (const Case& c : cases) run_case(c, m, diff);
+  for (T* p : {m.q, m.k, m.qo, m.ko, m.qr, m.kr, m.cs, m.sn}) CHECK(cudaFree(p));
+  CHECK(cudaFree(diff));
   return 0;
 }
