@@ -1,6 +1,7 @@
 // RoPE CUDA path: one launch for q (and k), the vector or scalar kernel picked from the problem's alignment.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "common/cluster_launch.h"
 #include "common/cuda_check.h"
@@ -13,10 +14,6 @@ namespace tigon::rope {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Heads each thread loads before it stores (bytes in flight against registers: 1 -> ~60, 2 -> ~112 registers for
-// bf16 rotate-half; 1 measured best on an H200: 88.7 us vs 89.9 for 2 and 89.1 for 4 at the bench shape).
-constexpr int kHeadsInFlight = 1;
 
 // Every row of the tensor starts on a 16-byte boundary: the base does, and each outer stride that moves (size > 1,
 // stride != 0) is a multiple of 16 bytes.
@@ -51,22 +48,17 @@ void launch(kern::Args a, const Problem& p, cudaStream_t stream) {
   a.rot_units = int(INTERLEAVED ? p.rotary / V : p.rotary / 2 / V);
   const bool any_copy = a.part[0].copy_pass || (a.parts > 1 && a.part[1].copy_pass);
   a.pass_units = any_copy ? int((p.dim - p.rotary) / PV) : 0;
-  const int64_t items = a.batch * a.seq * (a.rot_units + a.pass_units);
-  // Split the heads over more threads only when the positions alone cannot fill the GPU (short sequences).
-  int device = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t want = int64_t(sm_count(device)) * 2048;
-  const int64_t heads = std::max(a.part[0].heads, a.parts > 1 ? a.part[1].heads : 0);
-  a.head_split = std::clamp<int64_t>((want + items - 1) / items, 1, std::max<int64_t>(heads, 1));
-  const int64_t blocks = (items * a.head_split + kThreads - 1) / kThreads;
+  const int64_t heads = a.part[0].heads + (a.parts > 1 ? a.part[1].heads : 0);
+  const int64_t blocks = (a.batch * a.seq * (a.rot_units + a.pass_units) * heads + kThreads - 1) / kThreads;
+  if (blocks == 0) return;  // no head, or nothing to rotate or copy
+  // Heads adjacent in memory ((B, T, H, D) storage): neighbouring threads take neighbouring heads.
+  a.head_inner = std::abs(a.part[0].x_h) < std::abs(a.part[0].x_t);
   const unsigned grid = unsigned(std::min<int64_t>(blocks, INT_MAX));
   // A programmatic dependent of the kernel before it (rope waits for it first).
   if (p.backward)
-    cuda::launch_pdl(dim3(grid), dim3(kThreads), 0, stream, kern::rope<T, TC, V, PV, INTERLEAVED, true, kHeadsInFlight>,
-                     a);
+    cuda::launch_pdl(dim3(grid), dim3(kThreads), 0, stream, kern::rope<T, TC, V, PV, INTERLEAVED, true>, a);
   else
-    cuda::launch_pdl(dim3(grid), dim3(kThreads), 0, stream,
-                     kern::rope<T, TC, V, PV, INTERLEAVED, false, kHeadsInFlight>, a);
+    cuda::launch_pdl(dim3(grid), dim3(kThreads), 0, stream, kern::rope<T, TC, V, PV, INTERLEAVED, false>, a);
 }
 
 template <class T, class TC>
