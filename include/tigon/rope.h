@@ -39,7 +39,7 @@ TIGON_API tigon_status_t tigon_rope_fwd(const tigon_tensor* x, const tigon_tenso
 TIGON_API tigon_status_t tigon_rope_bwd(const tigon_tensor* dy, const tigon_tensor* cos, const tigon_tensor* sin,
                                         const tigon_tensor* dx, tigon_rope_params params, void* stream);
 
-/* q and k in one call (one kernel launch: each position's cos/sin entries are read once for all heads of both).
+/* q and k in one call (one kernel launch over every head of both; a position's cos/sin entries come from cache).
  * q is (B, Hq, T, D) or (B, T, Hq, D), k the same with its own head count Hk (GQA) and strides; every rule above
  * applies to each pair (q, q_out) and (k, k_out). The backward takes the output gradients dq_out, dk_out and writes
  * dq, dk (which may be dq_out, dk_out themselves). */

@@ -53,7 +53,8 @@ void launch(kern::Args a, const Problem& p, cudaStream_t stream) {
   if (blocks == 0) return;  // no head, or nothing to rotate or copy
   // Heads adjacent in memory ((B, T, H, D) storage): neighbouring threads take neighbouring heads.
   a.head_inner = std::abs(a.part[0].x_h) < std::abs(a.part[0].x_t);
-  const unsigned grid = unsigned(std::min<int64_t>(blocks, INT_MAX));
+  if (blocks > INT_MAX) fail_arg("x", "has too many rotation units for one launch: ", blocks, " blocks");
+  const unsigned grid = unsigned(blocks);
   // A programmatic dependent of the kernel before it (rope waits for it first).
   if (p.backward)
     cuda::launch_pdl(dim3(grid), dim3(kThreads), 0, stream, kern::rope<T, TC, V, PV, INTERLEAVED, true>, a);

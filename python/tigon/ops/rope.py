@@ -1,6 +1,6 @@
 """RoPE as torch ops: tigon::rope_fwd / rope_bwd (new output) and rope_fwd_ / rope_bwd_ (written over the input).
 
-q and k go through one C call (one kernel reads each position's cos/sin once for every head of both); they may
+q and k go through one C call (one kernel launch over every head of both); they may
 differ in heads (GQA) and strides (slices of a fused qkv). A lone gradient (only q's or k's needed) uses the
 single-tensor call. The ops are registered
 with torch.library (with fake implementations, so torch.compile(fullgraph=True) traces them); autograd lives outside
