@@ -1,5 +1,4 @@
 // RoPE CUDA path: one launch for q (and k), the vector or scalar kernel picked from the problem's alignment.
-#include <algorithm>
 #include <climits>
 #include <cstdlib>
 
