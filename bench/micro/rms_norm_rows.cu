@@ -1,8 +1,9 @@
 // RMSNorm forward, bf16, 8192 rows of 4096 to 24576 columns: the shipped cached kernel as planned (4 vectors of 8
 // elements a thread, a row per block past 1024 columns) against the same kernel with 2 vectors a thread (a row over
-// twice the threads), the uncached kernel, and a row split over a thread block cluster of 2 or 4 blocks that exchange
-// their sums of squares through distributed shared memory (a long row as several small, independent blocks, as short
-// rows run; on an H100 it lost at every length: docs/performance/load-order.md). Diagnostic only.
+// twice the threads), the uncached kernel, one block a row that first prefetches a later row into L2 with the
+// bulk-copy engine (bytes in flight across the reductions, at no register cost), and a row split over a thread block
+// cluster of 2 or 4 blocks that exchange their sums of squares through distributed shared memory (on an H100 the
+// cluster lost at every length: docs/performance/load-order.md). What the H200's long rows need. Diagnostic only.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -Isrc -Iinclude \
 //     -o build/rms_norm_rows bench/micro/rms_norm_rows.cu
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "micro_util.cuh"
 #include "rms_norm/rms_norm_kernels.cuh"
@@ -29,17 +31,24 @@ __global__ void fill(T* p, int64_t n, float scale) {
     p[i] = __float2bfloat16_rn(scale * __sinf(float(i % 1000003) * 0.37f));
 }
 
-// A row over a cluster of C blocks, 4 vectors a thread, each block a C-th of the row (cols a multiple of 32 * V * C).
+// A row over C blocks (a thread block cluster when C > 1), 4 vectors a thread, each block a C-th of the row (cols a
+// multiple of 32 * V * C). ahead > 0: each row's first thread first asks the bulk-copy engine to fetch row `ahead`
+// rows further into L2 (cp.async.bulk.prefetch: no registers, nothing to wait for), for the block that will take
+// that row once a resident one finishes: more bytes in flight across the reductions.
 template <int C>
-__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024) fwd_cluster(tigon::rms_norm::FwdArgs a) {
+__global__ void __launch_bounds__(1024) fwd_variant(tigon::rms_norm::FwdArgs a, int64_t ahead) {
   namespace rk = tigon::rms_norm::kern;
   constexpr int NV = 4;
   __shared__ float red[32];
   __shared__ float part[C];
-  auto cluster = cooperative_groups::this_cluster();
-  const int rank = int(cluster.block_rank());
+  int rank = 0;
+  if constexpr (C > 1) rank = int(cooperative_groups::this_cluster().block_rank());
   const int64_t row = blockIdx.x / C, seg = a.cols / C, c0 = rank * seg;
   const T* x = static_cast<const T*>(a.x) + row * a.x_stride + c0;
+  if (ahead > 0 && threadIdx.x == 0 && row + ahead < a.rows) {
+    const T* next = x + ahead * a.x_stride;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(next), "r"(uint32_t(seg * sizeof(T))) : "memory");
+  }
   tigon::cuda::Packed<T, V> v[NV];
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
@@ -55,12 +64,15 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024) fwd_cluster(ti
 #pragma unroll
     for (int j = 0; j < V; ++j) ss += v[i][j] * v[i][j];
   ss = tigon::cuda::row_sum(ss, red);
-  if (threadIdx.x < C) *cluster.map_shared_rank(&part[rank], int(threadIdx.x)) = ss;
-  cluster.sync();  // every block's sum in every block; nobody reads a peer's memory after this
-  float total = 0.f;
+  if constexpr (C > 1) {
+    auto cluster = cooperative_groups::this_cluster();
+    if (threadIdx.x < C) *cluster.map_shared_rank(&part[rank], int(threadIdx.x)) = ss;
+    cluster.sync();  // every block's sum in every block; nobody reads a peer's memory after this
+    ss = 0.f;
 #pragma unroll
-  for (int k = 0; k < C; ++k) total += part[k];
-  const float r = rk::rstd_of(total, a.cols, a.eps);
+    for (int k = 0; k < C; ++k) ss += part[k];
+  }
+  const float r = rk::rstd_of(ss, a.cols, a.eps);
   if (rank == 0 && threadIdx.x == 0) a.rstd[row] = r;
   T* y = static_cast<T*>(a.y) + row * a.y_stride + c0;
 #pragma unroll
@@ -75,6 +87,19 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024) fwd_cluster(ti
       tigon::cuda::store_vec<T, V>(y + c, out);
     }
   }
+}
+
+// Launches kernel over `grid` blocks, as clusters of c along x when c > 1.
+template <class Kernel>
+void launch(Kernel kernel, unsigned grid, unsigned block, unsigned c, const tigon::rms_norm::FwdArgs& a,
+            int64_t ahead) {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  cfg.gridDim = dim3(grid), cfg.blockDim = dim3(block);
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = c, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr, cfg.numAttrs = c > 1 ? 1 : 0;
+  CHECK(cudaLaunchKernelEx(&cfg, kernel, a, ahead));
 }
 
 // Threads per row and rows per block as the library plans a cached kernel with nv vectors a thread.
@@ -118,18 +143,23 @@ int main(int argc, char** argv) {
     const std::vector<float> ref = read_floats(y, 64 * cols);
     cached(rk::fwd_cached<T, T, T, 2, false>, 2, "cached, 2 vectors");
     const dim3 ub(unsigned(std::min<int64_t>(std::max<int64_t>((cols / V / 4 + 31) / 32 * 32, 32), 1024)));
-    auto cluster = [&](auto kernel, int c, const char* what) {
+    // A row over c blocks, optionally prefetching `ahead` rows further, checked against the shipped kernel's output
+    // over the first 64 rows (the sums' order differs across blocks: a unit apart at most, rarely).
+    auto variant = [&](auto kernel, int c, int64_t ahead, const char* what) {
       const dim3 block(unsigned(cols / c / V / 4));
       if (cols % (32 * V * c) != 0 || block.x > 1024) return;
-      report(what, block, time_us([&] { kernel<<<unsigned(rows * c), block>>>(a); }));
-      // Against the shipped kernel's output, first 64 rows (the sums' order differs: a unit apart at most, rarely)
+      report(what, block, time_us([&] { launch(kernel, unsigned(rows * c), block.x, c, a, ahead); }));
       const std::vector<float> got = read_floats(y, 64 * cols);
       float worst = 0.f;
       for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - ref[i]));
       std::printf("  %-34s largest difference from shipped over 64 rows: %g\n", "", worst);
     };
-    cluster(fwd_cluster<2>, 2, "cluster of 2 blocks a row");
-    cluster(fwd_cluster<4>, 4, "cluster of 4 blocks a row");
+    // Blocks resident at once for a one-block row (54 registers: 1152 threads an SM): the rows in progress.
+    const int64_t resident = int64_t(device_sms()) * std::max<int64_t>(1, 1152 / (cols / V / 4));
+    variant(fwd_variant<1>, 1, resident, "one block, L2 prefetch a wave ahead");
+    variant(fwd_variant<1>, 1, 2 * resident, "one block, prefetch two waves ahead");
+    variant(fwd_variant<2>, 2, 0, "cluster of 2 blocks a row");
+    variant(fwd_variant<4>, 4, 0, "cluster of 4 blocks a row");
     report("uncached", ub, time_us([&] { rk::fwd_uncached<T, T, T, V, false><<<unsigned(rows), ub>>>(a); }));
   }
   return 0;
