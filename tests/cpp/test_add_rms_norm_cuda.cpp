@@ -41,8 +41,8 @@ TEST_P(AddRmsNormCuda, MatchesReference) {
   EXPECT_LE(worst_ratio(gdw.fetch(), ref.dw, 1e-5, 1e-5), 1.0) << "dw";
 }
 
-// Cached kernels (aligned rows that fit; 8192 and 12296 columns spread a row over a cluster of 2 and 4 blocks), then
-// the uncached ones (a padded row stride, an odd length, a long row).
+// Cached kernels (aligned rows that fit, up to 12296 columns: a thread's last vector past the row's end), then the
+// uncached ones (a padded row stride, an odd length, a long row).
 const AddNormCase kGpuCases[] = {{DType::kBFloat16, 64, 4096, 0, true}, {DType::kFloat16, 33, 2048, 0, false},
                                  {DType::kFloat32, 9, 1024, 0, true},   {DType::kBFloat16, 7, 8192, 0, true},
                                  {DType::kFloat16, 5, 12296, 0, false}, {DType::kBFloat16, 5, 4096, 1, true},

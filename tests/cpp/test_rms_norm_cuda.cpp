@@ -86,7 +86,7 @@ const Case kShapes[] = {// cached kernels: aligned rows
                         Case{DType::kFloat32, DType::kFloat32, DType::kFloat32, TIGON_RMS_NORM_NONE, 9, 4096, 4},
                         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_NONE, 1000, 8, 0},
                         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 3, 5120, 0},
-                        // long rows: a row over a cluster of 4 blocks, the last one's span shorter
+                        // long rows: 512 threads a row, and 12296 columns leaving threads a vector short
                         Case{DType::kBFloat16, DType::kBFloat16, DType::kBFloat16, TIGON_RMS_NORM_LLAMA, 7, 16384, 0},
                         Case{DType::kFloat16, DType::kFloat32, DType::kFloat16, TIGON_RMS_NORM_GEMMA, 5, 12296, 8},
                         // uncached kernels: odd lengths, unaligned rows, rows too long to cache
