@@ -239,6 +239,29 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
   }
 }
 
+// Byte offset of dS^T element (key, query) of buffer `buf` from the (1024-byte aligned) dS buffers: the layout's
+// swizzle acts on byte addresses (CuTe applies it to the pointer), so it is applied to the unswizzled offset in
+// bytes.
+template <class C>
+CUTE_HOST_DEVICE uint32_t ds_byte_offset(int key, int query, int buf) {
+  using L = typename C::SmemLayoutDSt;
+  return uint32_t(L{}.layout_a()(L{}.layout_b()(key, query, buf) * int(sizeof(typename C::Element))));
+}
+
+// This thread's dS^T elements (pairs of adjacent queries) into dS buffer `buf`, as 32-bit shared-memory stores at
+// offsets computed in 32 bits: through CuTe's swizzled pointer the compiler loses the address space and emits
+// generic 64-bit stores with 64-bit swizzle arithmetic.
+template <class C, class Frag, class Coords>
+CUTE_DEVICE void store_ds(Frag const& rdS, Coords const& cSt, uint32_t ds_smem, int buf) {
+  static_assert(decltype(size<0, 0>(rdS))::value == 2 && decltype(stride<0, 0>(rdS.layout()))::value == 1);
+  CUTE_UNROLL
+  for (int i = 0; i < size(rdS); i += 2) {
+    const uint32_t bytes = ds_byte_offset<C>(get<0>(cSt(i)), get<1>(cSt(i)), buf);
+    const uint32_t pair = uint32_t(rdS(i).raw()) | (uint32_t(rdS(i + 1).raw()) << 16);
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_smem + bytes), "r"(pair) : "memory");
+  }
+}
+
 template <class C>
 CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& ss, typename C::PipelineQ& pipe,
                              KeyTileWork const& w, int tid) {
@@ -251,7 +274,7 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
   Tensor sQt = make_tensor(make_smem_ptr(ss.q.data()), typename C::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(ss.dout.data()), typename C::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(ss.ds.data()), typename C::SmemLayoutDS{});
-  Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename C::SmemLayoutDSt{});
+  const uint32_t ds_smem = cute::cast_smem_ptr_to_uint(ss.ds.data());
 
   typename C::TiledMmaSdP mma_sdp;
   typename C::TiledMmaDKV mma_dkv;
@@ -265,9 +288,8 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
   Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);  // (MMA, 1, M/16, stages)
   Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, 1, N/16, buffers)
-  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);   // (MMA, 1, N/16)
-  Tensor tSsdSt = thr_sdp.partition_C(sdSt);         // this thread's dS^T elements in shared memory
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);                              // (MMA, 1, N/16, buffers)
+  Tensor tdQrK = thr_dq.partition_fragment_B(sKt);                               // (MMA, 1, N/16)
   Tensor cSt = thr_sdp.partition_C(make_identity_tensor(typename C::TileSt{}));  // (key, query) of each element
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, typename C::TileDKV{});
@@ -303,13 +325,17 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
 
       // P^T in place of S^T while dP^T = V dO^T still runs (without a softcap; with one, P^T and dS^T together
       // below, as dS needs the capped score). Rows past the sequence have lse +inf (probability 0); hidden keys are
-      // zeroed on the tiles that have any.
+      // zeroed on the tiles that have any. Each element's lse is read before the wait, so that the shared-memory
+      // latency does not follow it.
       const float* lse = ss.lse.data() + stage * C::kBlockM;
       const float* delta = ss.delta.data() + stage * C::kBlockM;
       const bool masked = vis.block_needs_mask(row0, min(row0 + C::kBlockM, w.e.len_q) - 1, key0, C::kBlockN);
-      auto probability = [&](int i, float x) {
-        float prob = cuda::exp2_fast(fmaf(x, p.score_log2, -lse[get<1>(cSt(i))]));
-        if (masked) {
+      float lse_at[decltype(size(acc_s))::value];
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) lse_at[i] = lse[get<1>(cSt(i))];
+      auto probability = [&](auto with_mask, int i, float x) {
+        float prob = cuda::exp2_fast(fmaf(x, p.score_log2, -lse_at[i]));
+        if constexpr (decltype(with_mask)::value) {
           const int j = key0 + get<0>(cSt(i)), row = row0 + get<1>(cSt(i));
           if (j < vis.first_key(row) || j >= vis.end_key(row)) prob = 0.f;
         }
@@ -317,9 +343,13 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
       };
       warpgroup_wait<1>();
       warpgroup_fence_operand(acc_s);
-      if (!softcap) {
+      // The mask test outside the element loops: straight-line code on the tiles that need none.
+      if (!softcap && masked) {
         CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i) acc_s(i) = probability(i, acc_s(i));
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) = probability(cute::true_type{}, i, acc_s(i));
+      } else if (!softcap) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) = probability(cute::false_type{}, i, acc_s(i));
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
@@ -328,7 +358,7 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
         CUTE_UNROLL
         for (int i = 0; i < size(acc_s); ++i) {
           const float x = tanhf(acc_s(i) * p.tanh_scale);
-          acc_s(i) = probability(i, x);
+          acc_s(i) = probability(cute::true_type{}, i, x);
           acc_dp(i) = acc_s(i) * (acc_dp(i) - delta[get<1>(cSt(i))]) * (1.f - x * x);
         }
       } else {
@@ -342,7 +372,7 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
       // runs while this step's dq tile goes to shared memory.
       warpgroup_fence_operand(rP);
       gemm<false>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
-      copy(rdS, tSsdSt(_, _, _, buf));
+      store_ds<C>(rdS, cSt, ds_smem, buf);
       cutlass::arch::fence_view_async_shared();  // dS as wgmma will read it
       cutlass::arch::NamedBarrier::sync(256, kBarDS);
       Tensor acc_dq = partition_fragment_C(mma_dq, typename C::TileDQ{});
