@@ -3,7 +3,8 @@
 # there (the CUTLASS ones take ~2 minutes of one core), run, its output in $OUT/micro-<name>.txt. Names as arguments
 # pick some (default: conv2d_tiles conv2d_cudnn softmax_variants moe_gemm_tiles gemv_splits gemv_rows
 # decode_attention_chunks glu_activation rms_norm_rows; attention_bwd by name). CUTLASS's headers come
-# from the nvidia-cutlass wheel, cuDNN's from the nvidia-cudnn wheel that PyTorch's CUDA builds install.
+# from the nvidia-cutlass wheel, cuDNN's from the nvidia-cudnn wheel that PyTorch's CUDA builds install. BUILD_ONLY=1
+# builds without running.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 py_dir() { python3 -c "import $1 as m, os; print(os.path.dirname(m.__file__) if m.__file__ else m.__path__[0])"; }
@@ -27,6 +28,7 @@ status=0
 for name in "${@:-conv2d_tiles conv2d_cudnn softmax_variants moe_gemm_tiles gemv_splits gemv_rows decode_attention_chunks glu_activation rms_norm_rows}"; do
   for n in $name; do
     [ -x build/$n ] || build $n || { status=1; continue; }
+    [ "${BUILD_ONLY:-0}" = 1 ] && continue
     LD_LIBRARY_PATH="$PWD/build:${cudnn:+$cudnn/lib:}${LD_LIBRARY_PATH:-}" timeout 300 build/$n >"$OUT/micro-$n.txt" 2>&1
     rc=$?
     echo "== $n (exit $rc)"

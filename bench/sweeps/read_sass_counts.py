@@ -1,6 +1,8 @@
 """Reads Nsight Compute's per-SASS-instruction source counters (the CSV that `bash bench/sweeps/sass-counts.sh`
 writes, gzipped or not) and prints, per kernel: executed warp instructions, the share of each opcode, the address
-ranges that execute or stall most, and the instructions with the most stall samples. Needs no GPU.
+ranges that execute or stall most, the stall reasons of the main loop (the instructions executed about as often as
+the execution count that carries the most samples), and the instructions with the most stall samples with their two
+largest reasons. Needs no GPU.
 
     python3 bench/sweeps/read_sass_counts.py sass-cross-entropy.csv.gz [--range 0x200] [--top 8]
 """
@@ -55,10 +57,25 @@ def main():
         for k, (n, s) in sorted(ranges.items()):
             if n / total > 0.01 or s / stalls > 0.01:
                 print(f"    {k * args.range:05x}-{(k + 1) * args.range - 1:05x}  {n / total:6.1%}  {s / stalls:6.1%}")
+        reasons = [i for i, c in enumerate(hdr) if c.startswith("stall_") and "Not Issued" not in c]
+        by_count = collections.Counter()
+        for r in data:
+            by_count[int(r[ex])] += int(r[st])
+        loop = by_count.most_common(1)[0][0]
+        by_reason = collections.Counter()
+        for r in data:
+            if loop / 2 <= int(r[ex]) <= loop * 2:
+                for i in reasons:
+                    by_reason[hdr[i][6:]] += int(r[i] or 0)
+        in_loop = sum(by_reason.values()) or 1
+        print(f"  main loop (executed ~{loop:,} times), {in_loop / stalls:.0%} of the samples:")
+        print("    " + ", ".join(f"{k} {v / in_loop:.1%}" for k, v in by_reason.most_common(args.top)))
         print("  most stalled instructions:")
         for r in sorted(data, key=lambda r: -int(r[st]))[: args.top]:
+            why = sorted(((int(r[i] or 0), hdr[i][6:]) for i in reasons), reverse=True)[:2]
             print(
-                f"    {int(r[0], 16) - base:05x}  {int(r[st]) / stalls:6.1%}  x{int(r[ex]):>10,}  {r[src].strip()[:60]}"
+                f"    {int(r[0], 16) - base:05x}  {int(r[st]) / stalls:6.1%}  x{int(r[ex]):>10,}  {r[src].strip()[:60]:60s}"
+                f"  {', '.join(f'{k} {n}' for n, k in why if n)}"
             )
 
 
