@@ -340,6 +340,12 @@ int main(int argc, char** argv) {
   window.left = 37;
   window.right = 5;
   add("dense no mask softcap 30 fp16 d256", f16, 1, 130, 97, 2, 1, 256).softcap = 30.f;
+  add("dense causal bf16 d256 gqa 4/2", bf, 2, 200, 200, 4, 2, 256).causal = true;
+  Case& packed256 = add("varlen causal gqa 4/2 fp16 d256, window (70, 0)", f16, 0, 0, 0, 4, 2, 256);
+  packed256.left = 70;
+  packed256.right = 0;
+  packed256.lens_q = {77, 0, 183};
+  packed256.lens_k = {50, 130, 210};
   Case& packed = add("varlen causal gqa 6/2 bf16 d128", bf, 0, 0, 0, 6, 2, 128);
   packed.causal = true;
   packed.lens_q = {77, 0, 183, 5};

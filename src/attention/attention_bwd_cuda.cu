@@ -36,7 +36,7 @@ bool aligned16(const Tensor4& t) {
 int clamp_window(int64_t w, int64_t span) { return w < 0 || w > span ? -1 : int(w); }
 
 // The TMA kernel's head dims.
-bool has_sm90_kernel(const Shape& s) { return s.head_dim == 64 || s.head_dim == 128; }
+bool has_sm90_kernel(const Shape& s) { return s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256; }
 
 // What the TMA kernel needs of the tensors beyond the validated problem: q, k, v, dout as TMA sources (16-byte
 // aligned start and strides), o read in 16-byte vectors, dq, dk, dv written as element pairs. Tensors that are not
@@ -57,7 +57,7 @@ bool fits_sm90_kernel(const BwdProblem& pr) {
   return vec16(pr.q, rows_q, s.heads_q) && vec16(pr.dout, rows_q, s.heads_q) && vec16(pr.o, rows_q, s.heads_q) &&
          vec16(pr.k, rows_k, s.heads_kv) && vec16(pr.v, rows_k, s.heads_kv) && pairs(pr.dq) && pairs(pr.dk) &&
          pairs(pr.dv) && rows_q <= INT_MAX && rows_k <= INT_MAX &&
-         (s.seqlen_k + 127) / 128 * s.heads_kv * s.batch <= INT_MAX;  // one CTA per key tile at most: grid x
+         (s.seqlen_k + 63) / 64 * s.heads_kv * s.batch <= INT_MAX;  // one CTA per key tile (64 or more): grid x
 }
 
 // The other kernels' workspace: lse in base 2, then delta, each this many bytes.
@@ -92,8 +92,10 @@ void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, voi
     const auto st = static_cast<cudaStream_t>(stream);
     if (s.head_dim == 64)
       sm90::bwd_hdim64(pr, workspace, st);
-    else
+    else if (s.head_dim == 128)
       sm90::bwd_hdim128(pr, workspace, st);
+    else
+      sm90::bwd_hdim256(pr, workspace, st);
     return;
   }
 

@@ -1,4 +1,4 @@
-// The Hopper backward kernel's entry points, one per head dim (64 and 128, each in its own translation unit), and
+// The Hopper backward kernel's entry points, one per head dim (64, 128 and 256, each in its own translation unit), and
 // its workspace layout. They take a problem that meets bwd_cuda's checks for this kernel (attention_bwd_cuda.cu).
 #pragma once
 
@@ -34,5 +34,6 @@ inline BwdWorkspace bwd_workspace(const Shape& s) {
 
 void bwd_hdim64(const BwdProblem& p, void* workspace, cudaStream_t stream);
 void bwd_hdim128(const BwdProblem& p, void* workspace, cudaStream_t stream);
+void bwd_hdim256(const BwdProblem& p, void* workspace, cudaStream_t stream);
 
 }  // namespace tigon::attention::sm90

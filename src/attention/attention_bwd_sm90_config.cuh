@@ -7,6 +7,7 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/attention_bwd_sm90_order.h"
 #include "attention/attention_fwd_sm90_config.cuh"
@@ -15,26 +16,36 @@ namespace tigon::attention::sm90 {
 
 using namespace cute;
 
-// One CTA per (key tile of 128 keys, key/value head, sequence). It keeps K and V in shared memory and walks the
-// query tiles (64 rows) of every query head of its group that meet its keys. Per query tile, with the scores
-// transposed so that each consumer warpgroup owns 64 keys as wgmma rows:
-//   S^T = K Q^T and dP^T = V dO^T          (64 keys x 64 queries per warpgroup, from shared memory)
+// One CTA per key tile of a (key/value head, sequence). It keeps K and V in shared memory and walks the query tiles
+// (64 rows) of every query head of its group that meet its keys. Per query tile, with the scores transposed (keys as
+// wgmma rows):
+//   S^T = K Q^T and dP^T = V dO^T          (from shared memory)
 //   P^T = exp2(S^T log2e scale - lse), dS^T = P^T (dP^T - delta)          (registers, fp32)
-//   dV += P^T dO and dK += dS^T Q          (A from registers: P and dS never leave the warpgroup)
+//   dV += P^T dO and dK += dS^T Q
 //   dQ  = dS K                             (dS through shared memory; each warpgroup half of the head dim)
+// Two ways to share the work between the two consumer warpgroups:
+//   head dims 64 and 128: 128 keys a CTA, each warpgroup owns 64 of them end to end; P and dS stay in its
+//     registers as the A operand of dV and dK, 2 stages of Q and dO, 2 dq buffers.
+//   head dim 256 (kSplitDim): 64 keys a CTA, shared. Each warpgroup computes S^T and dP^T for half of the queries,
+//     and dV, dK (and dQ) for half of the head dim: a 64 x 256 fp32 dK plus dV per warpgroup would need 256
+//     registers a thread. P^T and dS^T go through shared memory for all three products; shared memory then holds
+//     one stage of Q and dO and one dq buffer (K, V, Q, dO 32 KB each, dq 64 KB).
 // dQ goes to an fp32 accumulator in global memory, added in a fixed order per query tile (the order's header) or,
 // unordered, as the tiles come.
 template <class Element_, int kHeadDim_>
 struct BwdConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "the Hopper backward kernel takes head dims 64 and 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "the Hopper backward kernel takes head dims 64, 128 and 256");
+  static constexpr bool kSplitDim = kHeadDim == 256;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kBlockM = 64;               // query rows per step
-  static constexpr int kBlockN = 64 * kConsumers;  // keys per CTA
-  static constexpr int kStages = 2;
-  // The producer warpgroup: warp 0 issues the loads, warps 1 and 2 write dq; 24 * 128 + 240 * 256 is the 168 per
+  static constexpr int kBlockM = 64;                                // query rows per step
+  static constexpr int kBlockN = kSplitDim ? 64 : 64 * kConsumers;  // keys per CTA
+  static constexpr int kStages = kSplitDim ? 1 : 2;
+  static constexpr int kDQBuffers = kSplitDim ? 1 : 2;
+  // The producer warpgroup: warp 0 issues the loads, warps 1 (and 2) write dq; 24 * 128 + 240 * 256 is the 168 per
   // thread of 384 threads at launch (with 32 the consumers' setmaxnreg waits forever for registers nobody frees).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -67,12 +78,22 @@ struct BwdConfig {
 
   using ConsumerRows = Layout<cute::Shape<Int<kConsumers>, _1, _1>>;  // warpgroups stacked along M
   using ConsumerCols = Layout<cute::Shape<_1, Int<kConsumers>, _1>>;  // warpgroups side by side along N
+  using SdPLayout = std::conditional_t<kSplitDim, ConsumerCols, ConsumerRows>;
+  static constexpr int kSdPQueries = kSplitDim ? kBlockM / kConsumers : kBlockM;  // a warpgroup's S^T columns
   using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), ConsumerRows{}));
-  using TiledMmaDKV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, cute::Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
-                           GMMA::Major::MN>(),
-      ConsumerRows{}));
+      GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kSdPQueries>, Int<kHeadDim>>>(), SdPLayout{}));
+  // dV += P^T dO, dK += dS^T Q: P^T and dS^T from registers (each warpgroup its own keys, the whole head dim) or,
+  // split, from shared memory (all keys, half the head dim each).
+  using TiledMmaDKV = std::conditional_t<
+      kSplitDim,
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kHeadDim / kConsumers>, Int<kBlockM>>,
+                               GMMA::Major::K, GMMA::Major::MN>(),
+          ConsumerCols{})),
+      decltype(make_tiled_mma(
+          GMMA::rs_op_selector<Element, Element, float, cute::Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
+                               GMMA::Major::MN>(),
+          ConsumerRows{}))>;
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, cute::Shape<_64, Int<kHeadDim / kConsumers>, Int<kBlockN>>,
                            GMMA::Major::MN, GMMA::Major::MN>(),
@@ -91,6 +112,10 @@ struct BwdConfig {
   static constexpr int kDQFloats = kBlockM * kHeadDim;                    // one dq tile, fp32
 
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
+  // Split, P^T as the A operand of dV: dS's layout, one buffer (a warpgroup writes the next step's P^T only after
+  // both have released the stage, so after both products that read this one's).
+  struct NoP {};
+  using PStorage = std::conditional_t<kSplitDim, array_aligned<Element, cosize_v<SmemLayoutDS> / 2, 1024>, NoP>;
 
   struct SharedStorage {
     array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> k;
@@ -98,7 +123,8 @@ struct BwdConfig {
     array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     array_aligned<Element, cosize_v<SmemLayoutDS>, 1024> ds;
-    array_aligned<float, 2 * kDQFloats, 128> dq;  // two buffers, in the consumers' register order (dq's layout)
+    PStorage p;
+    array_aligned<float, kDQBuffers * kDQFloats, 128> dq;  // in the consumers' register order (dq's layout)
     array_aligned<float, kBlockM * kStages, 16> lse;
     array_aligned<float, kBlockM * kStages, 16> delta;
     typename PipelineQ::SharedStorage pipe_q;

@@ -4,7 +4,8 @@
 // scaled).
 //
 // Main kernel roles: warp 0 of the producer warpgroup loads K and V once, then Q, dO, lse and delta of each query
-// tile through a two-stage TMA pipeline; warps 1 and 2 (every other step each) add each step's dq tile to the
+// tile through a TMA pipeline (two stages; one for head dim 256); warps 1 and 2 (every other step each; warp 1 alone
+// for head dim 256, which has one dq buffer) add each step's dq tile to the
 // accumulator in global memory (ordered: a bulk store for the first contribution, a bulk reduce-add for the others,
 // in the order attention_bwd_sm90_order.h fixes; unordered: a bulk reduce-add into the zeroed accumulator); two
 // consumer warpgroups do the matrix products and the element-wise math.
@@ -191,9 +192,9 @@ CUTE_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: 
 CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 CUTE_DEVICE void bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// A dq warp: the tiles of every other step (those whose tile goes to dq buffer `buf`), each once the consumers have
-// put it in shared memory, join the accumulator (ordered: after the contributions that come before it). Two warps
-// take turns, so that one tile's wait for its turn and for its add to complete overlaps the next tile's.
+// A dq warp: the tiles of the steps whose tile goes to dq buffer `buf`, each once the consumers have put it in
+// shared memory, join the accumulator (ordered: after the contributions that come before it). With two buffers two
+// warps take turns, so that one tile's wait for its turn and for its add to complete overlaps the next tile's.
 template <class C>
 CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& ss, KeyTileWork const& w, int lane,
                               int buf) {
@@ -204,7 +205,7 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
   for (int g = 0; g < p.group; ++g) {
     const int head = w.kv_head * p.group + g;
     for (int step = 0; step < w.steps(); ++step, ++iter) {
-      if ((iter & 1) != buf) continue;
+      if (iter % C::kDQBuffers != buf) continue;
       const int m = w.m_at(step);
       cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQFull + buf);
       const int64_t tile = int64_t(head) * p.tiles_per_head + w.e.tile_base + m;
@@ -299,10 +300,7 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
   using LayoutSt = decltype(partition_fragment_C(mma_sdp, typename C::TileSt{}).layout());
   Tensor rP = make_tensor<Element>(LayoutSt{});
   Tensor rdS = make_tensor<Element>(LayoutSt{});
-  Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(LayoutSt{}));
-  Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(LayoutSt{}));
-  static_assert(decltype(size<2>(tdVrP))::value == C::kBlockM / 16 &&
-                decltype(size<2>(tdVrdO))::value == C::kBlockM / 16);
+  static_assert(decltype(size<2>(tdVrdO))::value == C::kBlockM / 16);
   static_assert(decltype(size<2>(tdQrdS))::value == C::kBlockN / 16 &&
                 decltype(size<2>(tdQrK))::value == C::kBlockN / 16);
 
@@ -315,7 +313,8 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
   int iter = 0;
   for (int g = 0; g < p.group; ++g) {
     for (int step = 0; step < w.steps(); ++step, ++iter) {
-      const int m = w.m_at(step), stage = state.index(), buf = iter & 1;
+      // dS has two buffers: one warpgroup may still read step t's while the other writes step t + 1's.
+      const int m = w.m_at(step), stage = state.index(), buf = iter & 1, dq_buf = iter % C::kDQBuffers;
       const int row0 = m * C::kBlockM;
       Tensor acc_s = partition_fragment_C(mma_sdp, typename C::TileSt{});
       Tensor acc_dp = partition_fragment_C(mma_sdp, typename C::TileSt{});
@@ -368,36 +367,64 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
       convert_into(acc_s, rP);
       convert_into(acc_dp, rdS);
 
-      // dV += P^T dO, then dQ = dS K once both warpgroups' dS is in shared memory, then dK += dS^T Q, which still
-      // runs while this step's dq tile goes to shared memory.
-      warpgroup_fence_operand(rP);
-      gemm<false>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
-      store_ds<C>(rdS, cSt, ds_smem, buf);
-      cutlass::arch::fence_view_async_shared();  // dS as wgmma will read it
-      cutlass::arch::NamedBarrier::sync(256, kBarDS);
       Tensor acc_dq = partition_fragment_C(mma_dq, typename C::TileDQ{});
-      gemm<true>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, acc_dq);
-      warpgroup_fence_operand(rdS);
-      gemm<false>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(acc_dv);
-      warpgroup_fence_operand(acc_dq);
+      if constexpr (C::kSplitDim) {
+        // P^T and dS^T of both warpgroups to shared memory, then dV, dK and dQ for this warpgroup's half of the head
+        // dim. The stage (Q and dO) goes back as soon as dV and dK are done, while dQ still runs: with one stage, the
+        // next tile's load overlaps dQ and its store.
+        Tensor sPt = make_tensor(make_smem_ptr(ss.p.data()), typename C::SmemLayoutDSt{});
+        Tensor sdSt = make_tensor(make_smem_ptr(ss.ds.data()), typename C::SmemLayoutDSt{});
+        Tensor tdVsP = thr_dkv.partition_fragment_A(sPt);  // (MMA, 1, M/16, buffers): buffer 0 only
+        Tensor tdKsdS = thr_dkv.partition_fragment_A(sdSt);
+        store_ds<C>(rP, cSt, cute::cast_smem_ptr_to_uint(ss.p.data()), 0);
+        store_ds<C>(rdS, cSt, ds_smem, buf);
+        cutlass::arch::fence_view_async_shared();  // P and dS as wgmma will read them
+        cutlass::arch::NamedBarrier::sync(256, kBarDS);
+        gemm<false>(mma_dkv, tdVsP(_, _, _, 0), tdVrdO(_, _, _, stage), acc_dv);
+        gemm<false>(mma_dkv, tdKsdS(_, _, _, buf), tdKrQ(_, _, _, stage), acc_dk);
+        gemm<true>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, acc_dq);
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(acc_dv);
+        warpgroup_fence_operand(acc_dk);
+        pipe.consumer_release(state);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dq);
+      } else {
+        // dV += P^T dO, then dQ = dS K once both warpgroups' dS is in shared memory, then dK += dS^T Q, which still
+        // runs while this step's dq tile goes to shared memory.
+        Tensor tdVrP = make_tensor(rP.data(), acc_as_a_operand(LayoutSt{}));
+        Tensor tdKrdS = make_tensor(rdS.data(), acc_as_a_operand(LayoutSt{}));
+        static_assert(decltype(size<2>(tdVrP))::value == C::kBlockM / 16);
+        warpgroup_fence_operand(rP);
+        gemm<false>(mma_dkv, tdVrP, tdVrdO(_, _, _, stage), acc_dv);
+        store_ds<C>(rdS, cSt, ds_smem, buf);
+        cutlass::arch::fence_view_async_shared();  // dS as wgmma will read it
+        cutlass::arch::NamedBarrier::sync(256, kBarDS);
+        gemm<true>(mma_dq, tdQrdS(_, _, _, buf), tdQrK, acc_dq);
+        warpgroup_fence_operand(rdS);
+        gemm<false>(mma_dkv, tdKrdS, tdKrQ(_, _, _, stage), acc_dk);
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(acc_dv);
+        warpgroup_fence_operand(acc_dq);
+      }
 
-      // This step's dq tile to dq buffer `buf` in register order (float4 i of thread t at 4 (i * 256 + t)), for
+      // This step's dq tile to dq buffer `dq_buf` in register order (float4 i of thread t at 4 (i * 256 + t)), for
       // that buffer's dq warp.
-      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQEmpty + buf);
-      float4* dq_smem = reinterpret_cast<float4*>(ss.dq.data() + buf * C::kDQFloats);
+      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQEmpty + dq_buf);
+      float4* dq_smem = reinterpret_cast<float4*>(ss.dq.data() + dq_buf * C::kDQFloats);
       static_assert(decltype(size(acc_dq))::value % 4 == 0);
       CUTE_UNROLL
       for (int v = 0; v < size(acc_dq) / 4; ++v)
         dq_smem[v * 256 + tid] = make_float4(acc_dq(4 * v), acc_dq(4 * v + 1), acc_dq(4 * v + 2), acc_dq(4 * v + 3));
       cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQFull + buf);
+      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQFull + dq_buf);
 
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_dk);
-      warpgroup_fence_operand(rdS);
-      pipe.consumer_release(state);
+      if constexpr (!C::kSplitDim) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dk);
+        warpgroup_fence_operand(rdS);
+        pipe.consumer_release(state);
+      }
       ++state;
     }
   }
@@ -454,7 +481,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) bwd_main_kernel(CUTE_GRID_CONS
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
     const int warp = threadIdx.x / 32;
     if (warp == 0 && threadIdx.x == 0) bwd_produce(p, ss, pipe, w);
-    if (warp == 1 || warp == 2) bwd_write_dq(p, ss, w, threadIdx.x % 32, warp - 1);
+    if (warp >= 1 && warp <= C::kDQBuffers) bwd_write_dq(p, ss, w, threadIdx.x % 32, warp - 1);
   } else {
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
     bwd_consume(p, ss, pipe, w, int(threadIdx.x) - 128);
