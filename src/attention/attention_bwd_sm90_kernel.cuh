@@ -4,11 +4,10 @@
 // scaled).
 //
 // Main kernel roles: warp 0 of the producer warpgroup loads K and V once, then Q, dO, lse and delta of each query
-// tile through a TMA pipeline (two stages; one for head dim 256); warps 1 and 2 (every other step each; warp 1 alone
-// for head dim 256, which has one dq buffer) add each step's dq tile to the
-// accumulator in global memory (ordered: a bulk store for the first contribution, a bulk reduce-add for the others,
-// in the order attention_bwd_sm90_order.h fixes; unordered: a bulk reduce-add into the zeroed accumulator); two
-// consumer warpgroups do the matrix products and the element-wise math.
+// tile through a TMA pipeline (two stages; one for head dim 256); warps 1 and 2 (every other step each) add each
+// step's dq tile to the accumulator in global memory (ordered: a bulk store for the first contribution, a bulk
+// reduce-add for the others, in the order attention_bwd_sm90_order.h fixes; unordered: a bulk reduce-add into the
+// zeroed accumulator); two consumer warpgroups do the matrix products and the element-wise math.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -125,7 +124,7 @@ CUTE_DEVICE KeyTileWork key_tile_work(BwdParams<C> const& p, int64_t item) {
 }
 
 // Named barriers (after CUTLASS's reserved ones and the forward's 0 and 1, unused here): dS written, and per dq
-// buffer b, kBarDQEmpty + b and kBarDQFull + b.
+// warp w, kBarDQFull + w (its tile is in shared memory) and kBarDQEmpty + w (it has read its tile out).
 enum : uint32_t { kBarDS = 2, kBarDQEmpty = 3, kBarDQFull = 5 };
 constexpr uint32_t kDQSync = 256 + 32;  // consumers and the buffer's dq warp
 
@@ -192,22 +191,25 @@ CUTE_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: 
 CUTE_DEVICE void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 CUTE_DEVICE void bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// A dq warp: the tiles of the steps whose tile goes to dq buffer `buf`, each once the consumers have put it in
-// shared memory, join the accumulator (ordered: after the contributions that come before it). With two buffers two
-// warps take turns, so that one tile's wait for its turn and for its add to complete overlaps the next tile's.
+// A dq warp: the tiles of every other step (those of parity `writer`), each once the consumers have put it in shared
+// memory, join the accumulator (ordered: after the contributions that come before it). Two warps take turns, so that
+// one tile's wait for its turn and for its add to land overlaps the next tile's, also with one dq buffer (the warps
+// then take turns on it: the buffer is free again once a warp has read its tile out, before its add lands).
 template <class C>
 CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& ss, KeyTileWork const& w, int lane,
-                              int buf) {
+                              int writer) {
   const bool ordered = p.items.ordered;
-  float* const src = ss.dq.data() + buf * C::kDQFloats;
-  cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty + buf);  // the buffer starts empty
+  // The buffers start empty: step t waits for the warp that read the buffer at step t - kDQBuffers (parity
+  // (t - kDQBuffers) & 1), so the warps with parities below kDQBuffers steps back signal once up front.
+  if (writer >= 2 - C::kDQBuffers) cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty + writer);
   int iter = 0;
   for (int g = 0; g < p.group; ++g) {
     const int head = w.kv_head * p.group + g;
     for (int step = 0; step < w.steps(); ++step, ++iter) {
-      if (iter % C::kDQBuffers != buf) continue;
+      if ((iter & 1) != writer) continue;
       const int m = w.m_at(step);
-      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQFull + buf);
+      const float* src = ss.dq.data() + (iter % C::kDQBuffers) * C::kDQFloats;
+      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQFull + writer);
       const int64_t tile = int64_t(head) * p.tiles_per_head + w.e.tile_base + m;
       int rank = 0;
       if (lane == 0) {
@@ -228,7 +230,7 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
         bulk_wait_read();
       }
       __syncwarp();
-      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty + buf);
+      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQEmpty + writer);
       if (lane == 0 && ordered) {
         bulk_wait_done();
         fence_proxy_async_global();
@@ -408,16 +410,16 @@ CUTE_DEVICE void bwd_consume(BwdParams<C> const& p, typename C::SharedStorage& s
         warpgroup_fence_operand(acc_dq);
       }
 
-      // This step's dq tile to dq buffer `dq_buf` in register order (float4 i of thread t at 4 (i * 256 + t)), for
-      // that buffer's dq warp.
-      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQEmpty + dq_buf);
+      // This step's dq tile to dq buffer `dq_buf` in register order (float4 i of thread t at 4 (i * 256 + t)), once
+      // the dq warp that used the buffer last has read it out, for this step's dq warp.
+      cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQEmpty + ((iter - C::kDQBuffers) & 1));
       float4* dq_smem = reinterpret_cast<float4*>(ss.dq.data() + dq_buf * C::kDQFloats);
       static_assert(decltype(size(acc_dq))::value % 4 == 0);
       CUTE_UNROLL
       for (int v = 0; v < size(acc_dq) / 4; ++v)
         dq_smem[v * 256 + tid] = make_float4(acc_dq(4 * v), acc_dq(4 * v + 1), acc_dq(4 * v + 2), acc_dq(4 * v + 3));
       cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQFull + dq_buf);
+      cutlass::arch::NamedBarrier::arrive(kDQSync, kBarDQFull + (iter & 1));
 
       if constexpr (!C::kSplitDim) {
         warpgroup_wait<0>();
@@ -481,7 +483,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) bwd_main_kernel(CUTE_GRID_CONS
     cutlass::arch::warpgroup_reg_dealloc<C::kProducerRegs>();
     const int warp = threadIdx.x / 32;
     if (warp == 0 && threadIdx.x == 0) bwd_produce(p, ss, pipe, w);
-    if (warp >= 1 && warp <= C::kDQBuffers) bwd_write_dq(p, ss, w, threadIdx.x % 32, warp - 1);
+    if (warp == 1 || warp == 2) bwd_write_dq(p, ss, w, threadIdx.x % 32, warp - 1);
   } else {
     cutlass::arch::warpgroup_reg_alloc<C::kConsumerRegs>();
     bwd_consume(p, ss, pipe, w, int(threadIdx.x) - 128);
