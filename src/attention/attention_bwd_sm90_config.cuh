@@ -45,7 +45,7 @@ struct BwdConfig {
   static constexpr int kBlockN = kSplitDim ? 64 : 64 * kConsumers;  // keys per CTA
   static constexpr int kStages = kSplitDim ? 1 : 2;
   static constexpr int kDQBuffers = kSplitDim ? 1 : 2;
-  // The producer warpgroup: warp 0 issues the loads, warps 1 (and 2) write dq; 24 * 128 + 240 * 256 is the 168 per
+  // The producer warpgroup: warp 0 issues the loads, warps 1 and 2 write dq; 24 * 128 + 240 * 256 is the 168 per
   // thread of 384 threads at launch (with 32 the consumers' setmaxnreg waits forever for registers nobody frees).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
