@@ -126,7 +126,7 @@ CUTE_DEVICE KeyTileWork key_tile_work(BwdParams<C> const& p, int64_t item) {
 // Named barriers (after CUTLASS's reserved ones and the forward's 0 and 1, unused here): dS written, and per dq
 // warp w, kBarDQFull + w (its tile is in shared memory) and kBarDQEmpty + w (it has read its tile out).
 enum : uint32_t { kBarDS = 2, kBarDQEmpty = 3, kBarDQFull = 5 };
-constexpr uint32_t kDQSync = 256 + 32;  // consumers and the buffer's dq warp
+constexpr uint32_t kDQSync = 256 + 32;  // consumers and the step's dq warp
 
 template <class C>
 CUTE_DEVICE void bwd_produce(BwdParams<C> const& p, typename C::SharedStorage& ss, typename C::PipelineQ& pipe,
