@@ -15,10 +15,17 @@ namespace tigon::attention::sm90 {
 // / 64) + m, packed ones cu_seqlens_q[b] / 64 + b + m (so that no two sequences share a tile).
 struct BwdWorkspace {
   int64_t tiles_per_head = 0;
+  int accumulators = 1;  // dq accumulators (and semaphore arrays), one per segment of key tiles
   size_t lse_log2 = 0, delta = 0, dq_accum = 0, semaphores = 0, bytes = 0;
 };
 
-inline BwdWorkspace bwd_workspace(const Shape& s) {
+// The deterministic mode with a mask bounded on the right (causal, sliding window) splits each pair's key tiles into
+// two segments, each with its own dq accumulator and order of adds (attention_bwd_sm90_order.h).
+inline bool bwd_segmented(const Shape& s, bool deterministic) {
+  return deterministic && s.window_right >= 0 && s.window_right < s.seqlen_q + s.seqlen_k;
+}
+
+inline BwdWorkspace bwd_workspace(const Shape& s, bool deterministic) {
   constexpr int64_t kBlockM = 64;
   auto align = [](size_t n) { return (n + 255) / 256 * 256; };
   BwdWorkspace w;
@@ -27,8 +34,9 @@ inline BwdWorkspace bwd_workspace(const Shape& s) {
   w.lse_log2 = 0;
   w.delta = align(w.lse_log2 + tiles * kBlockM * sizeof(float));
   w.dq_accum = align(w.delta + tiles * kBlockM * sizeof(float));
-  w.semaphores = align(w.dq_accum + tiles * kBlockM * size_t(s.head_dim) * sizeof(float));
-  w.bytes = align(w.semaphores + tiles * sizeof(int));
+  w.accumulators = bwd_segmented(s, deterministic) ? 2 : 1;
+  w.semaphores = align(w.dq_accum + w.accumulators * tiles * kBlockM * size_t(s.head_dim) * sizeof(float));
+  w.bytes = align(w.semaphores + w.accumulators * tiles * sizeof(int));
   return w;
 }
 

@@ -55,7 +55,10 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(CUTE_GRID_CONSTANT 
   const SeqExtent e = seq_extent(p, batch);
   if (m * C::kBlockM >= e.len_q) return;
   const int64_t tile = int64_t(head) * p.tiles_per_head + e.tile_base + m;
-  if (threadIdx.x == 0) p.semaphores[tile] = 0;
+  if (threadIdx.x == 0) {
+    p.semaphores[tile] = 0;
+    if (p.items.segmented) p.semaphores[p.tiles_total + tile] = 0;
+  }
   if (!p.items.ordered) {  // every contribution adds to the accumulator
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + tile * C::kDQFloats);
     for (int i = threadIdx.x; i < C::kDQFloats / 4; i += 256) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -212,15 +215,20 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
       cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQFull + writer);
       const int64_t tile = int64_t(head) * p.tiles_per_head + w.e.tile_base + m;
       int rank = 0;
+      int* sem = nullptr;
+      float* dst = p.dq_accum + tile * C::kDQFloats;
       if (lane == 0) {
         if (ordered) {
           int lo, hi;
           w.t.n_range(m, lo, hi);
+          const int seg = p.items.segment(w.n);  // its own accumulator and order
+          p.items.clip(seg, lo, hi);
           rank = w.t.rank(m, w.n, lo, hi);
-          while (load_acquire(p.semaphores + tile) != rank) __nanosleep(32);
+          sem = p.semaphores + seg * p.tiles_total + tile;
+          dst += seg * p.accum_floats;
+          while (load_acquire(sem) != rank) __nanosleep(32);
           fence_proxy_async_global();  // the accumulator as the earlier contributions left it
         }
-        float* dst = p.dq_accum + tile * C::kDQFloats;
         if (ordered && rank == 0) {
           SM90_BULK_COPY_S2G::copy(src, dst, C::kDQFloats * sizeof(float));
         } else {
@@ -235,7 +243,7 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
         bulk_wait_done();
         fence_proxy_async_global();
         __threadfence();
-        store_release(p.semaphores + tile, rank + 1);
+        store_release(sem, rank + 1);
       }
       __syncwarp();
     }
@@ -503,7 +511,9 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT 
   const BandTiles t = band_tiles(p, e);
   int lo, hi;
   t.n_range(m, lo, hi);
-  const bool any = lo <= hi;  // else no key is visible from the tile: dq = 0, the accumulator was never written
+  // Which accumulators hold contributions (none when no key is visible from the tile: dq = 0, never written)
+  const int split = p.items.split();
+  const bool any = lo <= hi && lo < split, two = lo <= hi && hi >= split;
   const int64_t tile = int64_t(head) * p.tiles_per_head + e.tile_base + m;
   const float* acc = p.dq_accum + tile * C::kDQFloats;
 
@@ -515,7 +525,11 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT 
       p.dq + b * p.dq_strides[0] + int64_t(e.q_start + m * C::kBlockM) * p.dq_strides[1] + head * p.dq_strides[2];
   CUTE_UNROLL
   for (int v = 0; v < kN / 4; ++v) {
-    const float4 x = any ? reinterpret_cast<const float4*>(acc)[v * 256 + tid] : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 x = any ? reinterpret_cast<const float4*>(acc)[v * 256 + tid] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (two) {
+      const float4 y = reinterpret_cast<const float4*>(acc + p.accum_floats)[v * 256 + tid];
+      x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
+    }
     const float vals[4] = {x.x, x.y, x.z, x.w};
     CUTE_UNROLL
     for (int j = 0; j < 4; j += 2) {

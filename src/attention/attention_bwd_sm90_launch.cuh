@@ -23,7 +23,7 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   const int64_t rows_q = std::max<int64_t>(1, varlen ? s.total_q : s.seqlen_q);
   const int64_t rows_k = std::max<int64_t>(1, varlen ? s.total_k : s.seqlen_k);
   const int64_t batch = varlen ? 1 : s.batch;
-  const BwdWorkspace ws = bwd_workspace(s);
+  const BwdWorkspace ws = bwd_workspace(s, pr.deterministic);
 
   BwdParams<C> p;
   p.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem_view<F>(pr.q, rows_q, s.heads_q, batch), typename C::SmemLayoutQStage{},
@@ -58,6 +58,8 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   p.dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
   p.semaphores = reinterpret_cast<int*>(base + ws.semaphores);
   p.tiles_per_head = ws.tiles_per_head;
+  p.tiles_total = ws.tiles_per_head * s.heads_q;
+  p.accum_floats = p.tiles_total * C::kDQFloats;
 
   p.cu_seqlens_q = s.cu_seqlens_q;
   p.cu_seqlens_k = s.cu_seqlens_k;
@@ -84,9 +86,8 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   int device = 0, sms = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const bool ordered = pr.deterministic;
-  p.items =
-      BwdItems{p.n_blocks, int(s.heads_kv * s.batch), ordered, p.window_right < 0 && (!ordered || p.n_blocks <= sms)};
+  const bool ordered = pr.deterministic, rotate = p.window_right < 0 && (!ordered || p.n_blocks <= sms);
+  p.items = BwdItems{p.n_blocks, int(s.heads_kv * s.batch), ordered, rotate, ws.accumulators == 2 && !rotate};
 
   const int m_tiles = int((s.seqlen_q + C::kBlockM - 1) / C::kBlockM);
   const dim3 per_q_tile(unsigned(m_tiles), unsigned(s.heads_q), unsigned(s.batch));
