@@ -1,13 +1,14 @@
 // Hopper backward kernels (sm_90a): the preprocess (delta = dout . o, lse in base 2, the dq semaphores reset, and
 // for unordered accumulation the dq accumulator zeroed), the main kernel (one CTA per key tile,
-// attention_bwd_sm90_config.cuh says what it computes) and the dq conversion (fp32 accumulator to the output dtype,
-// scaled).
+// attention_bwd_sm90_config.cuh says what it computes) and the dq conversion (fp32 accumulator, or the sum of the
+// two segments' in that order, to the output dtype, scaled).
 //
 // Main kernel roles: warp 0 of the producer warpgroup loads K and V once, then Q, dO, lse and delta of each query
 // tile through a TMA pipeline (two stages; one for head dim 256); warps 1 and 2 (every other step each) add each
 // step's dq tile to the accumulator in global memory (ordered: a bulk store for the first contribution, a bulk
-// reduce-add for the others, in the order attention_bwd_sm90_order.h fixes; unordered: a bulk reduce-add into the
-// zeroed accumulator); two consumer warpgroups do the matrix products and the element-wise math.
+// reduce-add for the others, in the order attention_bwd_sm90_order.h fixes, into its segment's accumulator;
+// unordered: a bulk reduce-add into the zeroed accumulator); two consumer warpgroups do the matrix products and the
+// element-wise math.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -39,6 +40,12 @@ CUTE_DEVICE SeqExtent seq_extent(BwdParams<C> const& p, int batch) {
   return e;
 }
 
+// Query tile m's place in the second segment's accumulator and semaphores (dense; m >= m1).
+template <class C>
+CUTE_DEVICE int64_t segment1_tile(BwdParams<C> const& p, int head, int batch, int m) {
+  return (int64_t(head) * p.batch + batch) * p.tiles1 + (m - p.m1);
+}
+
 template <class C>
 CUTE_DEVICE BandTiles band_tiles(BwdParams<C> const& p, SeqExtent const& e) {
   return BandTiles{e.len_q,        e.len_k,    e.len_k - e.len_q, p.window_left,
@@ -57,7 +64,7 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(CUTE_GRID_CONSTANT 
   const int64_t tile = int64_t(head) * p.tiles_per_head + e.tile_base + m;
   if (threadIdx.x == 0) {
     p.semaphores[tile] = 0;
-    if (p.items.segmented) p.semaphores[p.tiles_total + tile] = 0;
+    if (p.items.split() < p.n_blocks && m >= p.m1) p.semaphores1[segment1_tile(p, head, batch, m)] = 0;
   }
   if (!p.items.ordered) {  // every contribution adds to the accumulator
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + tile * C::kDQFloats);
@@ -224,8 +231,8 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
           const int seg = p.items.segment(w.n);  // its own accumulator and order
           p.items.clip(seg, lo, hi);
           rank = w.t.rank(m, w.n, lo, hi);
-          sem = p.semaphores + seg * p.tiles_total + tile;
-          dst += seg * p.accum_floats;
+          sem = seg ? p.semaphores1 + segment1_tile(p, head, w.batch, m) : p.semaphores + tile;
+          if (seg) dst = p.dq_accum1 + segment1_tile(p, head, w.batch, m) * C::kDQFloats;
           while (load_acquire(sem) != rank) __nanosleep(32);
           fence_proxy_async_global();  // the accumulator as the earlier contributions left it
         }
@@ -516,6 +523,7 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT 
   const bool any = lo <= hi && lo < split, two = lo <= hi && hi >= split;
   const int64_t tile = int64_t(head) * p.tiles_per_head + e.tile_base + m;
   const float* acc = p.dq_accum + tile * C::kDQFloats;
+  const float* acc1 = two ? p.dq_accum1 + segment1_tile(p, head, batch, m) * C::kDQFloats : nullptr;
 
   typename C::TiledMmaDQ mma_dq;
   Tensor c = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(typename C::TileDQ{}));
@@ -527,7 +535,7 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT 
   for (int v = 0; v < kN / 4; ++v) {
     float4 x = any ? reinterpret_cast<const float4*>(acc)[v * 256 + tid] : make_float4(0.f, 0.f, 0.f, 0.f);
     if (two) {
-      const float4 y = reinterpret_cast<const float4*>(acc + p.accum_floats)[v * 256 + tid];
+      const float4 y = reinterpret_cast<const float4*>(acc1)[v * 256 + tid];
       x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
     }
     const float vals[4] = {x.x, x.y, x.z, x.w};

@@ -14,6 +14,7 @@ namespace {
 
 using tigon::attention::sm90::BandTiles;
 using tigon::attention::sm90::BwdItems;
+using tigon::attention::sm90::BwdSegments;
 
 std::vector<BandTiles> cases() {
   std::vector<BandTiles> out;
@@ -71,7 +72,7 @@ TEST(AttentionBwdOrder, RanksOfATileArePermutation) {
       std::sort(ranks.begin(), ranks.end());
       for (int r = 0; r < int(ranks.size()); ++r) ASSERT_EQ(ranks[r], r) << "m " << m;
       if (t.rotate) continue;
-      const BwdItems items{t.n_tiles(), 1, true, false, true};  // segmented: a permutation per segment
+      const BwdItems items{t.n_tiles(), 1, true, false, BwdSegments::of(t).split};  // a permutation per segment
       for (int seg : {0, 1}) {
         int slo = lo, shi = hi;
         items.clip(seg, slo, shi);
@@ -84,12 +85,12 @@ TEST(AttentionBwdOrder, RanksOfATileArePermutation) {
   }
 }
 
-// One pair's CTAs start in the ordered items' order (key tiles n_tiles - 1 down to 0; segmented, each half so), at
+// One pair's CTAs start in the ordered items' order (key tiles n_tiles - 1 down to 0; segmented, each segment so), at
 // most `slots` at once; each walks its query tiles and may add to tile m only when all contributions ranked before
 // it in its segment are in.
 bool schedule_finishes(const BandTiles& t, int slots, bool segmented) {
   const int N = t.n_tiles();
-  const BwdItems items{N, 1, true, t.rotate, segmented};
+  const BwdItems items{N, 1, true, t.rotate, segmented ? BwdSegments::of(t).split : 0};
   std::vector<int> added(2 * t.m_tiles(), 0), step(N, 0), lo(N), hi(N), begin(N);
   for (int n = 0; n < N; ++n) {
     t.m_range(n, lo[n], hi[n]);
@@ -169,12 +170,13 @@ TEST(AttentionBwdOrder, ItemsCoverEveryKeyTileOnceInTheirModesOrder) {
 
 // Segmented: segment 0 (key tiles [0, split)) of every pair, then segment 1, each pair's key tiles of a segment from
 // its last down.
-TEST(AttentionBwdOrder, SegmentedItemsLaunchTheLowerHalfFirst) {
-  for (int n_blocks : {1, 2, 3, 32, 33}) {
+TEST(AttentionBwdOrder, SegmentedItemsLaunchTheFirstSegmentFirst) {
+  for (int n_blocks : {1, 2, 3, 4, 32, 33}) {
     for (int pairs : {1, 5, 64}) {
-      const BwdItems items{n_blocks, pairs, true, false, true};
+      const int want = n_blocks - n_blocks / 4;
+      const BwdItems items{n_blocks, pairs, true, false, want};
       const int split = items.split();
-      ASSERT_EQ(split, (n_blocks + 1) / 2);
+      ASSERT_EQ(split, want);
       std::vector<int> seen(size_t(n_blocks) * pairs, 0);
       int last_seg = 0, last_pair = -1, prev_n = -1;
       for (int64_t item = 0; item < items.count(); ++item) {
@@ -199,6 +201,23 @@ TEST(AttentionBwdOrder, SegmentedItemsLaunchTheLowerHalfFirst) {
       }
     }
   }
+}
+
+// The second segment's accumulator holds query tiles [m1, m_tiles): every tile its key tiles meet.
+TEST(AttentionBwdOrder, SecondSegmentMeetsOnlyItsAccumulatorsTiles) {
+  int segmented = 0;
+  for (const BandTiles& t : cases()) {
+    if (t.rotate) continue;
+    const BwdSegments g = BwdSegments::of(t);
+    if (g.split == 0) continue;
+    ++segmented;
+    ASSERT_EQ(g.tiles1, t.m_tiles() - g.m1);
+    ASSERT_TRUE(g.split > 0 && g.split < t.n_tiles() && g.m1 >= 0 && g.m1 < t.m_tiles());
+    for (int n = g.split; n < t.n_tiles(); ++n)
+      for (int m = 0; m < t.m_tiles(); ++m)
+        if (t.meet(m, n)) ASSERT_GE(m, g.m1) << "n " << n << " len " << t.len_q << "/" << t.len_k;
+  }
+  ASSERT_GT(segmented, 50);
 }
 
 }  // namespace
