@@ -70,7 +70,8 @@ double sampled_error(const Buffers& b, const Shape3& s) {
     scale = std::fmax(scale, std::fabs(want[i]));
   }
   double worst = 0;
-  for (int i = 0; i < 4096; ++i) worst = std::fmax(worst, std::fabs(got[i] - want[i]) / (std::fabs(want[i]) + 1e-2 * scale));
+  for (int i = 0; i < 4096; ++i)
+    worst = std::fmax(worst, std::fabs(got[i] - want[i]) / (std::fabs(want[i]) + 1e-2 * scale));
   return worst;
 }
 
@@ -133,8 +134,8 @@ using Config = tigon::int8::sm90::Config<Out, TIGON_ACT_NONE, M, N, CM, PP>;
 
 int main() {
   const int sms = device_sms();
-  const Shape3 shapes[] = {{8192, 8192, 8192}, {8192, 14336, 4096}, {8192, 4096, 14336}, {4096, 4096, 4096},
-                           {512, 4096, 4096}};
+  const Shape3 shapes[] = {
+      {8192, 8192, 8192}, {8192, 14336, 4096}, {8192, 4096, 14336}, {4096, 4096, 4096}, {512, 4096, 4096}};
   size_t max_mk = 0, max_nk = 0, max_mn = 0;
   int max_m = 0, max_n = 0;
   for (const Shape3& s : shapes) {

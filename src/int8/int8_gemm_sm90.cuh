@@ -49,7 +49,7 @@ struct Activation {
 template <class Out, int Act, int TileM = 128, int TileN = 256, int ClusterM = 1, bool Pingpong = false>
 struct Config {
   using Element = int8_t;
-  static constexpr int kAlignAB = 16;                                    // 16-byte TMA rows
+  static constexpr int kAlignAB = 16;                                     // 16-byte TMA rows
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<Out>::value;  // ditto for the output
   using TileShape = Shape<Int<TileM>, Int<TileN>, _128>;                  // 128 int8 = 128 bytes deep
   using ClusterShape = Shape<Int<ClusterM>, _1, _1>;
@@ -112,8 +112,8 @@ typename C::Gemm::Arguments arguments(const LinearProblem& p, int device, int sm
   // The tree's arguments: {{{scale_x}, {{scale_w}, {}, {}}, {bias}, {}}, {}}
   auto& act = args.epilogue.thread;
   auto& dq = act.op_0;
-  dq.op_0 = {p.scale_x, 0.f, {}};                          // scale_x: one per row m
-  dq.op_1.op_0 = {p.scale_w, 0.f, {}};                     // scale_w: one per column n
+  dq.op_0 = {p.scale_x, 0.f, {}};                           // scale_x: one per row m
+  dq.op_1.op_0 = {p.scale_w, 0.f, {}};                      // scale_w: one per column n
   dq.op_2 = {static_cast<const Out*>(p.bias), Out(0), {}};  // bias (nullptr reads 0)
   args.hw_info.device_id = device;
   args.hw_info.sm_count = sms;
