@@ -1,7 +1,8 @@
 // Tile shapes, cluster shapes and schedules of the fused W8A8 GEMM that src/int8/ ships (int8_gemm_sm90.cuh: int8
 // operands, int32 accumulation, scale_x[m] * scale_w[n] * acc + bias[n] in the epilogue, bf16 out), timed on square
-// and LLM projection shapes, against cuBLASLt's int8 GEMM alone (int32 out, no dequantization). The library ships one
-// configuration (Config's defaults); this program is how a change to it is chosen. Every configuration's output is
+// and LLM projection shapes, against cuBLASLt's int8 GEMM alone (int32 out, no dequantization). The library ships
+// two (int8_gemm_sm90.cu: wide tiles in clusters, 128 x 128 when those would not fill the GPU); this program is how a
+// change to them is chosen. Every configuration's output is
 // checked on sampled elements against exact int32 dot products. Diagnostic only, not part of the library.
 //
 //   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude -Ibench/micro \
@@ -81,17 +82,17 @@ void run(const char* name, const Buffers& b, const Shape3& s, int sms) {
   const typename C::Gemm::Arguments args = tigon::int8::sm90::arguments<C>(p, 0, sms);
   typename C::Gemm op;
   if (op.can_implement(args) != cutlass::Status::kSuccess || C::Gemm::get_workspace_size(args) > kWorkspace) {
-    std::printf("  %-28s refused\n", name);
+    std::printf("  %-36s refused\n", name);
     return;
   }
   CHECK(cudaMemset(b.out, 0, size_t(s.m) * s.n * sizeof(Out)));
   if (op.initialize(args, b.ws) != cutlass::Status::kSuccess) {
-    std::printf("  %-28s could not initialize\n", name);
+    std::printf("  %-36s could not initialize\n", name);
     return;
   }
   const float us = time_us([&] { op.run(); });
   const double tops = 2.0 * s.m * s.n * double(s.k) / us * 1e-6;
-  std::printf("  %-28s %9.1f us  %7.1f TOPS  sampled error %.2e\n", name, us, tops, sampled_error(b, s));
+  std::printf("  %-36s %9.1f us  %7.1f TOPS  sampled error %.2e\n", name, us, tops, sampled_error(b, s));
 }
 
 // cuBLASLt's int8 GEMM into int32 (the library's other path, before its dequantize pass): acc (column-major N x M) =
@@ -113,14 +114,14 @@ void run_cublaslt(cublasLtHandle_t lt, const Buffers& b, const Shape3& s) {
   int found = 0;
   cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
   if (found == 0) {
-    std::printf("  %-28s no algorithm\n", "cuBLASLt int8 -> int32");
+    std::printf("  %-36s no algorithm\n", "cuBLASLt int8 -> int32");
     return;
   }
   const int32_t one = 1, zero = 0;
   const float us = time_us([&] {
     cublasLtMatmul(lt, desc, &one, b.w, la, b.x, lb, &zero, b.acc, lc, b.acc, lc, &heur.algo, b.ws, kWorkspace, 0);
   });
-  std::printf("  %-28s %9.1f us  %7.1f TOPS  (no dequantization)\n", "cuBLASLt int8 -> int32", us,
+  std::printf("  %-36s %9.1f us  %7.1f TOPS  (no dequantization)\n", "cuBLASLt int8 -> int32", us,
               2.0 * s.m * s.n * double(s.k) / us * 1e-6);
   cublasLtMatmulPreferenceDestroy(pref);
   for (auto l : {la, lb, lc}) cublasLtMatrixLayoutDestroy(l);
@@ -170,11 +171,11 @@ int main() {
   for (const Shape3& s : shapes) {
     std::printf("M %d N %d K %d\n", s.m, s.n, s.k);
     run_cublaslt(lt, b, s);
-    run<Config<128, 256, 1, false>>("128x256 coop (library)", b, s, sms);
-    run<Config<128, 256, 2, false>>("128x256 coop cluster 2x1", b, s, sms);
+    run<Config<128, 256, 1, false>>("128x256 coop", b, s, sms);
+    run<Config<128, 256, 2, false>>("128x256 coop cluster 2x1 (library)", b, s, sms);
     run<Config<256, 128, 1, false>>("256x128 coop", b, s, sms);
     run<Config<256, 128, 2, false>>("256x128 coop cluster 2x1", b, s, sms);
-    run<Config<128, 128, 1, false>>("128x128 coop", b, s, sms);
+    run<Config<128, 128, 1, false>>("128x128 coop (library, small M)", b, s, sms);
     run<Config<128, 128, 1, true>>("128x128 pingpong", b, s, sms);
     run<Config<128, 128, 2, true>>("128x128 pingpong cluster 2x1", b, s, sms);
   }

@@ -25,9 +25,9 @@ bool hopper(int device) {
   return major == 9 && minor == 0 && std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") != nullptr;
 }
 
-template <class Out, int Act>
+template <class Out, int Act, int TileN, int ClusterM>
 void run(const LinearProblem& p, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
-  using C = sm90::Config<Out, Act>;
+  using C = sm90::Config<Out, Act, 128, TileN, ClusterM>;
   const typename C::Gemm::Arguments args = sm90::arguments<C>(p, device, sm_count(device));
   typename C::Gemm op;
   if (op.can_implement(args) != cutlass::Status::kSuccess)
@@ -40,14 +40,27 @@ void run(const LinearProblem& p, void* workspace, size_t workspace_bytes, int de
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
+// 128 x 256 tiles in 2 x 1 clusters, or 128 x 128 tiles when the wide ones would not fill the GPU. On an H100 the
+// wide tiles in clusters ran 8192^3 at 1552 TOPS with the dequantization (cuBLASLt's int8 GEMM alone: 1403; the same
+// tiles without a cluster 1365), and M = 512, N = K = 4096 (64 wide tiles) at 561 against 892 for 128 x 128
+// (bench/micro/int8_gemm_tiles.cu; docs/performance/int8.md).
+template <class Out, int Act>
+void run_tile(const LinearProblem& p, void* workspace, size_t bytes, int device, cudaStream_t stream) {
+  const int64_t wide_tiles = (p.qx.rows + 127) / 128 * ((p.qw.rows + 255) / 256);
+  if (wide_tiles < sm_count(device))
+    run<Out, Act, 128, 1>(p, workspace, bytes, device, stream);
+  else
+    run<Out, Act, 256, 2>(p, workspace, bytes, device, stream);
+}
+
 template <class Out>
 void run_act(const LinearProblem& p, void* workspace, size_t bytes, int device, cudaStream_t stream) {
   switch (p.activation) {
-    case TIGON_ACT_RELU: return run<Out, TIGON_ACT_RELU>(p, workspace, bytes, device, stream);
-    case TIGON_ACT_GELU_ERF: return run<Out, TIGON_ACT_GELU_ERF>(p, workspace, bytes, device, stream);
-    case TIGON_ACT_GELU_TANH: return run<Out, TIGON_ACT_GELU_TANH>(p, workspace, bytes, device, stream);
-    case TIGON_ACT_SILU: return run<Out, TIGON_ACT_SILU>(p, workspace, bytes, device, stream);
-    default: return run<Out, TIGON_ACT_NONE>(p, workspace, bytes, device, stream);
+    case TIGON_ACT_RELU: return run_tile<Out, TIGON_ACT_RELU>(p, workspace, bytes, device, stream);
+    case TIGON_ACT_GELU_ERF: return run_tile<Out, TIGON_ACT_GELU_ERF>(p, workspace, bytes, device, stream);
+    case TIGON_ACT_GELU_TANH: return run_tile<Out, TIGON_ACT_GELU_TANH>(p, workspace, bytes, device, stream);
+    case TIGON_ACT_SILU: return run_tile<Out, TIGON_ACT_SILU>(p, workspace, bytes, device, stream);
+    default: return run_tile<Out, TIGON_ACT_NONE>(p, workspace, bytes, device, stream);
   }
 }
 

@@ -45,7 +45,8 @@ struct Activation {
 };
 
 // out (row-major [M, N]) = A (row-major [M, K]) · B (row-major [N, K], nn.Linear's weight)ᵀ: CUTLASS's "TN" GEMM,
-// the only layout its int8 wgmma takes (both operands K-major).
+// the only layout its int8 wgmma takes (both operands K-major). The library runs 128 x 256 tiles in 2 x 1 clusters
+// and 128 x 128 tiles for small M (int8_gemm_sm90.cu).
 template <class Out, int Act, int TileM = 128, int TileN = 256, int ClusterM = 1, bool Pingpong = false>
 struct Config {
   using Element = int8_t;
