@@ -298,7 +298,12 @@ void speed(int batch, int seqlen, int heads, int kv_heads, int head_dim) {
     t->batch_stride = int64_t(seqlen) * kv_heads * head_dim;
     t->seq_stride = int64_t(kv_heads) * head_dim;
   }
-  const size_t ws_bytes = ta::bwd_cuda_workspace_bytes(p.s, true, 0);
+  size_t ws_bytes = 0;  // the most any mask and mode below asks for
+  for (int64_t right : {int64_t(0), int64_t(-1)}) {
+    p.s.causal = right == 0, p.s.window_right = right;
+    for (bool deterministic : {true, false})
+      ws_bytes = std::max(ws_bytes, ta::bwd_cuda_workspace_bytes(p.s, deterministic, 0));
+  }
   void* ws = nullptr;
   CHECK(cudaMalloc(&ws, ws_bytes));
   for (bool causal : {true, false}) {

@@ -65,9 +65,9 @@ size_t stats_bytes(const Shape& s) { return align_up(size_t(stat_rows(s)) * size
 
 }  // namespace
 
-size_t bwd_cuda_workspace_bytes(const Shape& s, bool /*deterministic: the same workspace either way*/, int /*device*/) {
+size_t bwd_cuda_workspace_bytes(const Shape& s, bool deterministic, int /*device*/) {
   const size_t other = 2 * stats_bytes(s);
-  return has_sm90_kernel(s) ? std::max(other, sm90::bwd_workspace(s).bytes) : other;
+  return has_sm90_kernel(s) ? std::max(other, sm90::bwd_workspace(s, deterministic).bytes) : other;
 }
 
 void bwd_cuda(const BwdProblem& pr, void* workspace, size_t workspace_bytes, void* stream) {

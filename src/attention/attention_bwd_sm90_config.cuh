@@ -166,6 +166,10 @@ struct BwdParams {
   float* delta = nullptr;
   float* dq_accum = nullptr;
   int* semaphores = nullptr;
+  float* dq_accum1 = nullptr;  // the second segment's (BwdSegments), tiles1 per (query head, sequence) from m1
+  int* semaphores1 = nullptr;
+  int m1 = 0;
+  int64_t tiles1 = 0;
   int64_t tiles_per_head = 0;  // padded query tiles per query head
 
   const int32_t* cu_seqlens_q = nullptr;  // nullptr: dense

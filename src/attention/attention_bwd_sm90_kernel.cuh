@@ -1,13 +1,14 @@
 // Hopper backward kernels (sm_90a): the preprocess (delta = dout . o, lse in base 2, the dq semaphores reset, and
 // for unordered accumulation the dq accumulator zeroed), the main kernel (one CTA per key tile,
-// attention_bwd_sm90_config.cuh says what it computes) and the dq conversion (fp32 accumulator to the output dtype,
-// scaled).
+// attention_bwd_sm90_config.cuh says what it computes) and the dq conversion (fp32 accumulator, or the sum of the
+// two segments' in that order, to the output dtype, scaled).
 //
 // Main kernel roles: warp 0 of the producer warpgroup loads K and V once, then Q, dO, lse and delta of each query
 // tile through a TMA pipeline (two stages; one for head dim 256); warps 1 and 2 (every other step each) add each
 // step's dq tile to the accumulator in global memory (ordered: a bulk store for the first contribution, a bulk
-// reduce-add for the others, in the order attention_bwd_sm90_order.h fixes; unordered: a bulk reduce-add into the
-// zeroed accumulator); two consumer warpgroups do the matrix products and the element-wise math.
+// reduce-add for the others, in the order attention_bwd_sm90_order.h fixes, into its segment's accumulator;
+// unordered: a bulk reduce-add into the zeroed accumulator); two consumer warpgroups do the matrix products and the
+// element-wise math.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -39,6 +40,12 @@ CUTE_DEVICE SeqExtent seq_extent(BwdParams<C> const& p, int batch) {
   return e;
 }
 
+// Query tile m's place in the second segment's accumulator and semaphores (dense; m >= m1).
+template <class C>
+CUTE_DEVICE int64_t segment1_tile(BwdParams<C> const& p, int head, int batch, int m) {
+  return (int64_t(head) * p.batch + batch) * p.tiles1 + (m - p.m1);
+}
+
 template <class C>
 CUTE_DEVICE BandTiles band_tiles(BwdParams<C> const& p, SeqExtent const& e) {
   return BandTiles{e.len_q,        e.len_k,    e.len_k - e.len_q, p.window_left,
@@ -55,7 +62,10 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(CUTE_GRID_CONSTANT 
   const SeqExtent e = seq_extent(p, batch);
   if (m * C::kBlockM >= e.len_q) return;
   const int64_t tile = int64_t(head) * p.tiles_per_head + e.tile_base + m;
-  if (threadIdx.x == 0) p.semaphores[tile] = 0;
+  if (threadIdx.x == 0) {
+    p.semaphores[tile] = 0;
+    if (p.items.split() < p.n_blocks && m >= p.m1) p.semaphores1[segment1_tile(p, head, batch, m)] = 0;
+  }
   if (!p.items.ordered) {  // every contribution adds to the accumulator
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + tile * C::kDQFloats);
     for (int i = threadIdx.x; i < C::kDQFloats / 4; i += 256) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -212,15 +222,20 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
       cutlass::arch::NamedBarrier::sync(kDQSync, kBarDQFull + writer);
       const int64_t tile = int64_t(head) * p.tiles_per_head + w.e.tile_base + m;
       int rank = 0;
+      int* sem = nullptr;
+      float* dst = p.dq_accum + tile * C::kDQFloats;
       if (lane == 0) {
         if (ordered) {
           int lo, hi;
           w.t.n_range(m, lo, hi);
+          const int seg = p.items.segment(w.n);  // its own accumulator and order
+          p.items.clip(seg, lo, hi);
           rank = w.t.rank(m, w.n, lo, hi);
-          while (load_acquire(p.semaphores + tile) != rank) __nanosleep(32);
+          sem = seg ? p.semaphores1 + segment1_tile(p, head, w.batch, m) : p.semaphores + tile;
+          if (seg) dst = p.dq_accum1 + segment1_tile(p, head, w.batch, m) * C::kDQFloats;
+          while (load_acquire(sem) != rank) __nanosleep(32);
           fence_proxy_async_global();  // the accumulator as the earlier contributions left it
         }
-        float* dst = p.dq_accum + tile * C::kDQFloats;
         if (ordered && rank == 0) {
           SM90_BULK_COPY_S2G::copy(src, dst, C::kDQFloats * sizeof(float));
         } else {
@@ -235,7 +250,7 @@ CUTE_DEVICE void bwd_write_dq(BwdParams<C> const& p, typename C::SharedStorage& 
         bulk_wait_done();
         fence_proxy_async_global();
         __threadfence();
-        store_release(p.semaphores + tile, rank + 1);
+        store_release(sem, rank + 1);
       }
       __syncwarp();
     }
@@ -503,9 +518,12 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT 
   const BandTiles t = band_tiles(p, e);
   int lo, hi;
   t.n_range(m, lo, hi);
-  const bool any = lo <= hi;  // else no key is visible from the tile: dq = 0, the accumulator was never written
+  // Which accumulators hold contributions (none when no key is visible from the tile: dq = 0, never written)
+  const int split = p.items.split();
+  const bool any = lo <= hi && lo < split, two = lo <= hi && hi >= split;
   const int64_t tile = int64_t(head) * p.tiles_per_head + e.tile_base + m;
   const float* acc = p.dq_accum + tile * C::kDQFloats;
+  const float* acc1 = two ? p.dq_accum1 + segment1_tile(p, head, batch, m) * C::kDQFloats : nullptr;
 
   typename C::TiledMmaDQ mma_dq;
   Tensor c = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(typename C::TileDQ{}));
@@ -515,7 +533,11 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(CUTE_GRID_CONSTANT 
       p.dq + b * p.dq_strides[0] + int64_t(e.q_start + m * C::kBlockM) * p.dq_strides[1] + head * p.dq_strides[2];
   CUTE_UNROLL
   for (int v = 0; v < kN / 4; ++v) {
-    const float4 x = any ? reinterpret_cast<const float4*>(acc)[v * 256 + tid] : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 x = any ? reinterpret_cast<const float4*>(acc)[v * 256 + tid] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (two) {
+      const float4 y = reinterpret_cast<const float4*>(acc1)[v * 256 + tid];
+      x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
+    }
     const float vals[4] = {x.x, x.y, x.z, x.w};
     CUTE_UNROLL
     for (int j = 0; j < 4; j += 2) {

@@ -11,6 +11,7 @@
 #include "attention/attention_bwd_sm90_kernel.cuh"
 #include "attention/attention_fwd_sm90_launch.cuh"
 #include "common/cuda_check.h"
+#include "common/error.h"
 
 namespace tigon::attention::sm90 {
 
@@ -23,7 +24,7 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   const int64_t rows_q = std::max<int64_t>(1, varlen ? s.total_q : s.seqlen_q);
   const int64_t rows_k = std::max<int64_t>(1, varlen ? s.total_k : s.seqlen_k);
   const int64_t batch = varlen ? 1 : s.batch;
-  const BwdWorkspace ws = bwd_workspace(s);
+  const BwdWorkspace ws = bwd_workspace(s, pr.deterministic);
 
   BwdParams<C> p;
   p.tma_q = make_tma_copy(SM90_TMA_LOAD{}, gmem_view<F>(pr.q, rows_q, s.heads_q, batch), typename C::SmemLayoutQStage{},
@@ -58,6 +59,10 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   p.dq_accum = reinterpret_cast<float*>(base + ws.dq_accum);
   p.semaphores = reinterpret_cast<int*>(base + ws.semaphores);
   p.tiles_per_head = ws.tiles_per_head;
+  p.dq_accum1 = reinterpret_cast<float*>(base + ws.dq_accum1);
+  p.semaphores1 = reinterpret_cast<int*>(base + ws.semaphores1);
+  p.m1 = ws.segments.m1;
+  p.tiles1 = ws.segments.tiles1;
 
   p.cu_seqlens_q = s.cu_seqlens_q;
   p.cu_seqlens_k = s.cu_seqlens_k;
@@ -74,9 +79,10 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   p.scale = s.scale;
   p.tanh_scale = s.softcap > 0.f ? s.scale / s.softcap : 0.f;
   p.score_log2 = (s.softcap > 0.f ? s.softcap : s.scale) * kLog2e;
-  auto window = [&](int64_t w) { return w < 0 || w >= s.seqlen_q + s.seqlen_k ? -1 : int(w); };
-  p.window_left = window(s.window_left);
-  p.window_right = window(s.window_right);
+  static_assert(C::kBlockM == 64, "the workspace's tiles are 64 query rows");
+  if (bwd_block_n(s) != C::kBlockN) fail(TIGON_ERROR_INTERNAL, "bwd_block_n disagrees with the kernel's key tile");
+  p.window_left = bwd_window(s, s.window_left);
+  p.window_right = bwd_window(s, s.window_right);
 
   // Rotated walks (attention_bwd_sm90_order.h) spread the key tiles of an unbounded-right mask over different query
   // tiles at any moment (fewer CTAs adding to one dq tile at once). Ordered, a CTA then waits for key tiles launched
@@ -84,9 +90,8 @@ void launch_bwd(const BwdProblem& pr, void* workspace, cudaStream_t stream) {
   int device = 0, sms = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const bool ordered = pr.deterministic;
-  p.items =
-      BwdItems{p.n_blocks, int(s.heads_kv * s.batch), ordered, p.window_right < 0 && (!ordered || p.n_blocks <= sms)};
+  const bool ordered = pr.deterministic, rotate = p.window_right < 0 && (!ordered || p.n_blocks <= sms);
+  p.items = BwdItems{p.n_blocks, int(s.heads_kv * s.batch), ordered, rotate, ws.segments.split};
 
   const int m_tiles = int((s.seqlen_q + C::kBlockM - 1) / C::kBlockM);
   const dim3 per_q_tile(unsigned(m_tiles), unsigned(s.heads_q), unsigned(s.batch));

@@ -34,8 +34,10 @@ size_t linear_workspace_bytes(int64_t M, int64_t N, bool cuda);
 void quantize_cpu(const QuantizeProblem& p);
 void linear_cpu(const LinearProblem& p);
 
-// CUDA path (int8_cuda.cu).
+// CUDA path (int8_cuda.cu): the linear runs the fused sm_90 GEMM (int8_gemm_sm90.cu) where it applies.
 void quantize_cuda(const QuantizeProblem& p, void* stream);
 void linear_cuda(const LinearProblem& p, void* workspace, void* stream);
+bool linear_fused_applies(const LinearProblem& p, int device);
+void linear_fused_cuda(const LinearProblem& p, void* workspace, size_t workspace_bytes, int device, void* stream);
 
 }  // namespace tigon::int8

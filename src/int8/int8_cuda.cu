@@ -1,8 +1,9 @@
 // Int8 CUDA path.
 //  quantize_rows: one block per row; pass 1 finds max |x| (16-byte loads where rows are aligned), a block max, then
 //                 pass 2 re-reads the row (from L1 / L2) and writes round-half-even(x / scale) as int8.
-//  int8_linear:   [cuBLASLt int8 GEMM, int32 accumulation -> workspace (row-major [M, N])]
-//                 -> [dequantize + bias + activation: 4 int32 per thread (one 16-byte load), one rounding, store].
+//  int8_linear:   on sm_90 with operands TMA takes, one CUTLASS GEMM with the dequantization in its epilogue
+//                 (int8_gemm_sm90.cu); else [cuBLASLt int8 GEMM, int32 accumulation -> workspace (row-major
+//                 [M, N])] -> [dequantize + bias + activation: 4 int32 per thread (one 16-byte load), one rounding].
 // Row-major [r, c] with row stride s is column-major c x r with leading dimension s, so the int32 products (column-
 // major N x M) = q_wᵀ · q_x: cuBLASLt's "TN" form, the one its int8 tensor-core kernels take.
 #include <cuda_runtime.h>
@@ -164,6 +165,9 @@ void quantize_cuda(const QuantizeProblem& p, void* stream) {
 }
 
 void linear_cuda(const LinearProblem& p, void* workspace, void* stream) {
+  int device = 0;
+  TIGON_CUDA_CHECK(cudaGetDevice(&device));
+  if (linear_fused_applies(p, device)) return linear_fused_cuda(p, workspace, kGemmWorkspace, device, stream);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t M = p.qx.rows, N = p.qw.rows;
   auto* acc = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) + (kGemmWorkspace + 255) / 256 * 256);

@@ -14,6 +14,7 @@ namespace {
 
 using tigon::attention::sm90::BandTiles;
 using tigon::attention::sm90::BwdItems;
+using tigon::attention::sm90::BwdSegments;
 
 std::vector<BandTiles> cases() {
   std::vector<BandTiles> out;
@@ -70,23 +71,39 @@ TEST(AttentionBwdOrder, RanksOfATileArePermutation) {
       for (int n = lo; n <= hi; ++n) ranks.push_back(t.rank(m, n, lo, hi));
       std::sort(ranks.begin(), ranks.end());
       for (int r = 0; r < int(ranks.size()); ++r) ASSERT_EQ(ranks[r], r) << "m " << m;
+      if (t.rotate) continue;
+      const BwdItems items{t.n_tiles(), 1, true, false, BwdSegments::of(t).split};  // a permutation per segment
+      for (int seg : {0, 1}) {
+        int slo = lo, shi = hi;
+        items.clip(seg, slo, shi);
+        ranks.clear();
+        for (int n = slo; n <= shi; ++n) ranks.push_back(t.rank(m, n, slo, shi));
+        std::sort(ranks.begin(), ranks.end());
+        for (int r = 0; r < int(ranks.size()); ++r) ASSERT_EQ(ranks[r], r) << "m " << m << " segment " << seg;
+      }
     }
   }
 }
 
-// CTAs for key tiles n_tiles - 1 down to 0 start in that order, at most `slots` at once; each walks its query tiles
-// and may add to tile m only when all contributions ranked before it are in.
-bool schedule_finishes(const BandTiles& t, int slots) {
+// One pair's CTAs start in the ordered items' order (key tiles n_tiles - 1 down to 0; segmented, each segment so), at
+// most `slots` at once; each walks its query tiles and may add to tile m only when all contributions ranked before
+// it in its segment are in.
+bool schedule_finishes(const BandTiles& t, int slots, bool segmented) {
   const int N = t.n_tiles();
-  std::vector<int> added(t.m_tiles(), 0), step(N, 0), lo(N), hi(N), begin(N);
+  const BwdItems items{N, 1, true, t.rotate, segmented ? BwdSegments::of(t).split : 0};
+  std::vector<int> added(2 * t.m_tiles(), 0), step(N, 0), lo(N), hi(N), begin(N);
   for (int n = 0; n < N; ++n) {
     t.m_range(n, lo[n], hi[n]);
     begin[n] = t.m_begin(n, lo[n], hi[n]);
   }
-  int next = N - 1, done = 0;
+  int next = 0, done = 0;
   std::vector<int> resident;
   while (done < N) {
-    while (int(resident.size()) < slots && next >= 0) resident.push_back(next--);
+    while (int(resident.size()) < slots && next < N) {
+      int pair, n;
+      items.at(next++, pair, n);
+      resident.push_back(n);
+    }
     bool progress = false;
     for (size_t r = 0; r < resident.size();) {
       const int n = resident[r], steps = std::max(0, hi[n] - lo[n] + 1);
@@ -94,7 +111,10 @@ bool schedule_finishes(const BandTiles& t, int slots) {
         const int m = BandTiles::walk(step[n], begin[n], lo[n], hi[n]);
         int nlo, nhi;
         t.n_range(m, nlo, nhi);
-        if (added[m] == t.rank(m, n, nlo, nhi)) ++added[m], ++step[n], progress = true;
+        const int seg = items.segment(n);
+        items.clip(seg, nlo, nhi);
+        int& in = added[seg * t.m_tiles() + m];
+        if (in == t.rank(m, n, nlo, nhi)) ++in, ++step[n], progress = true;
       }
       if (step[n] >= steps) {
         resident.erase(resident.begin() + r), ++done, progress = true;
@@ -111,8 +131,10 @@ TEST(AttentionBwdOrder, CTAsStartedInBlockOrderAlwaysFinish) {
   for (const BandTiles& t : cases()) {
     // rotated walks need the whole pair resident (the launcher only rotates then); others any number of slots
     for (int slots : t.rotate ? std::vector<int>{std::max(1, t.n_tiles())} : std::vector<int>{1, 2, 3, 16})
-      ASSERT_TRUE(schedule_finishes(t, slots))
-          << "len " << t.len_q << "/" << t.len_k << " left " << t.left << " right " << t.right << " slots " << slots;
+      for (bool segmented : t.rotate ? std::vector<bool>{false} : std::vector<bool>{false, true})
+        ASSERT_TRUE(schedule_finishes(t, slots, segmented))
+            << "len " << t.len_q << "/" << t.len_k << " left " << t.left << " right " << t.right << " slots " << slots
+            << " segmented " << segmented;
   }
 }
 
@@ -144,6 +166,58 @@ TEST(AttentionBwdOrder, ItemsCoverEveryKeyTileOnceInTheirModesOrder) {
       }
     }
   }
+}
+
+// Segmented: segment 0 (key tiles [0, split)) of every pair, then segment 1, each pair's key tiles of a segment from
+// its last down.
+TEST(AttentionBwdOrder, SegmentedItemsLaunchTheFirstSegmentFirst) {
+  for (int n_blocks : {1, 2, 3, 4, 32, 33}) {
+    for (int pairs : {1, 5, 64}) {
+      const int want = n_blocks - n_blocks / 4;
+      const BwdItems items{n_blocks, pairs, true, false, want};
+      const int split = items.split();
+      ASSERT_EQ(split, want);
+      std::vector<int> seen(size_t(n_blocks) * pairs, 0);
+      int last_seg = 0, last_pair = -1, prev_n = -1;
+      for (int64_t item = 0; item < items.count(); ++item) {
+        int pair = -1, n = -1;
+        items.at(item, pair, n);
+        ASSERT_TRUE(pair >= 0 && pair < pairs && n >= 0 && n < n_blocks);
+        ++seen[size_t(pair) * n_blocks + n];
+        const int seg = items.segment(n);
+        ASSERT_GE(seg, last_seg);
+        if (seg != last_seg) last_pair = -1;
+        const int end = seg == 0 ? split : n_blocks;
+        ASSERT_GE(pair, last_pair);
+        ASSERT_EQ(n, pair == last_pair ? prev_n - 1 : end - 1);
+        last_seg = seg, last_pair = pair, prev_n = n;
+      }
+      for (int c : seen) ASSERT_EQ(c, 1);
+      for (int n = 0; n < n_blocks; ++n) {  // clip keeps a range's part in n's segment
+        int lo = 0, hi = n_blocks - 1;
+        items.clip(items.segment(n), lo, hi);
+        ASSERT_TRUE(n >= lo && n <= hi && items.segment(lo) == items.segment(n) &&
+                    items.segment(hi) == items.segment(n));
+      }
+    }
+  }
+}
+
+// The second segment's accumulator holds query tiles [m1, m_tiles): every tile its key tiles meet.
+TEST(AttentionBwdOrder, SecondSegmentMeetsOnlyItsAccumulatorsTiles) {
+  int segmented = 0;
+  for (const BandTiles& t : cases()) {
+    if (t.rotate) continue;
+    const BwdSegments g = BwdSegments::of(t);
+    if (g.split == 0) continue;
+    ++segmented;
+    ASSERT_EQ(g.tiles1, t.m_tiles() - g.m1);
+    ASSERT_TRUE(g.split > 0 && g.split < t.n_tiles() && g.m1 >= 0 && g.m1 < t.m_tiles());
+    for (int n = g.split; n < t.n_tiles(); ++n)
+      for (int m = 0; m < t.m_tiles(); ++m)
+        if (t.meet(m, n)) ASSERT_GE(m, g.m1) << "n " << n << " len " << t.len_q << "/" << t.len_k;
+  }
+  ASSERT_GT(segmented, 50);
 }
 
 }  // namespace

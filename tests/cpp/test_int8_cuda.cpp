@@ -122,7 +122,8 @@ const LCase kLinearShapes[] = {
     LCase{DType::kBFloat16, 3, 36, 20, TIGON_ACT_RELU, false, 1},  // small, odd out rows: scalar stores
     LCase{DType::kBFloat16, 33, 64, 128, TIGON_ACT_SILU, true, 8},
     LCase{DType::kFloat32, 17, 40, 64, TIGON_ACT_GELU_ERF, false, 0},
-    LCase{DType::kBFloat16, 1, 4096, 4096, TIGON_ACT_NONE, false, 0},  // one token
+    LCase{DType::kBFloat16, 1, 4096, 4096, TIGON_ACT_NONE, false, 0},     // one token
+    LCase{DType::kBFloat16, 100, 264, 272, TIGON_ACT_GELU_ERF, true, 0},  // sm_90: the fused GEMM, partial tiles
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Int8LinearCuda, ::testing::ValuesIn(kLinearShapes),

@@ -1,0 +1,87 @@
+// The W8A8 linear on sm_90 with the dequantization fused into the GEMM's epilogue (int8_gemm_sm90.cuh), for the
+// problems whose operands TMA can take; the others run cuBLASLt's int8 GEMM and a separate dequantize pass
+// (int8_cuda.cu).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/cuda_check.h"
+#include "common/device.h"
+#include "common/error.h"
+#include "int8/int8.h"
+#include "int8/int8_gemm_sm90.cuh"
+
+namespace tigon::int8 {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// An sm_90 GPU, and this build holds sm_90a code (else the cuBLASLt path runs).
+bool hopper(int device) {
+  int major = 0, minor = 0;
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0 && std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") != nullptr;
+}
+
+template <class Out, int Act, int TileN, int ClusterM>
+void run(const LinearProblem& p, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
+  using C = sm90::Config<Out, Act, 128, TileN, ClusterM>;
+  const typename C::Gemm::Arguments args = sm90::arguments<C>(p, device, sm_count(device));
+  typename C::Gemm op;
+  if (op.can_implement(args) != cutlass::Status::kSuccess)
+    fail(TIGON_ERROR_INTERNAL, "CUTLASS refused the int8 GEMM: M ", p.qx.rows, ", N ", p.qw.rows, ", K ", p.qx.cols);
+  if (C::Gemm::get_workspace_size(args) > workspace_bytes)
+    fail(TIGON_ERROR_INTERNAL, "the int8 GEMM wants more workspace than the linear's cuBLASLt share");
+  if (op.initialize(args, workspace, stream) != cutlass::Status::kSuccess)
+    fail(TIGON_ERROR_INTERNAL, "CUTLASS could not set up the int8 GEMM");
+  if (op.run(stream) != cutlass::Status::kSuccess) fail(TIGON_ERROR_CUDA, "CUTLASS could not launch the int8 GEMM");
+  TIGON_CUDA_CHECK_LAUNCH();
+}
+
+// 128 x 256 tiles in 2 x 1 clusters, or 128 x 128 tiles when the wide ones would not fill the GPU. On an H100 the
+// wide tiles in clusters ran 8192^3 at 1552 TOPS with the dequantization (cuBLASLt's int8 GEMM alone: 1403; the same
+// tiles without a cluster 1365), and M = 512, N = K = 4096 (64 wide tiles) at 561 against 892 for 128 x 128
+// (bench/micro/int8_gemm_tiles.cu; docs/performance/int8.md).
+template <class Out, int Act>
+void run_tile(const LinearProblem& p, void* workspace, size_t bytes, int device, cudaStream_t stream) {
+  const int64_t wide_tiles = (p.qx.rows + 127) / 128 * ((p.qw.rows + 255) / 256);
+  if (wide_tiles < sm_count(device))
+    run<Out, Act, 128, 1>(p, workspace, bytes, device, stream);
+  else
+    run<Out, Act, 256, 2>(p, workspace, bytes, device, stream);
+}
+
+template <class Out>
+void run_act(const LinearProblem& p, void* workspace, size_t bytes, int device, cudaStream_t stream) {
+  switch (p.activation) {
+    case TIGON_ACT_RELU: return run_tile<Out, TIGON_ACT_RELU>(p, workspace, bytes, device, stream);
+    case TIGON_ACT_GELU_ERF: return run_tile<Out, TIGON_ACT_GELU_ERF>(p, workspace, bytes, device, stream);
+    case TIGON_ACT_GELU_TANH: return run_tile<Out, TIGON_ACT_GELU_TANH>(p, workspace, bytes, device, stream);
+    case TIGON_ACT_SILU: return run_tile<Out, TIGON_ACT_SILU>(p, workspace, bytes, device, stream);
+    default: return run_tile<Out, TIGON_ACT_NONE>(p, workspace, bytes, device, stream);
+  }
+}
+
+}  // namespace
+
+bool linear_fused_applies(const LinearProblem& p, int device) {
+  const bool out16 = p.out.dtype == DType::kBFloat16 || p.out.dtype == DType::kFloat16;
+  // TMA: 16-byte rows and addresses for both int8 operands and the 16-bit output (8 elements); the weight's scale and
+  // the bias are read 16 bytes at a time.
+  return out16 && hopper(device) && p.qx.cols % 16 == 0 && p.qx.row_stride % 16 == 0 && p.qw.row_stride % 16 == 0 &&
+         p.qw.rows % 8 == 0 && p.out.row_stride % 8 == 0 && aligned16(p.qx.data) && aligned16(p.qw.data) &&
+         aligned16(p.out.data) && aligned16(p.scale_w) && (p.bias == nullptr || aligned16(p.bias)) &&
+         p.qx.rows <= INT32_MAX && p.qw.rows <= INT32_MAX;
+}
+
+void linear_fused_cuda(const LinearProblem& p, void* workspace, size_t workspace_bytes, int device, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (p.out.dtype == DType::kBFloat16)
+    run_act<cutlass::bfloat16_t>(p, workspace, workspace_bytes, device, st);
+  else
+    run_act<cutlass::half_t>(p, workspace, workspace_bytes, device, st);
+}
+
+}  // namespace tigon::int8
