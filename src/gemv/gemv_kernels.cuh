@@ -98,8 +98,10 @@ __device__ __forceinline__ void to_floats(const Raw<T, V>& r, float (&f)[V]) {
 }
 
 // The x elements that meet one W vector of V elements of type W, as floats, from shared memory: one element, or
-// V * sizeof(T) / 16 vectors of 16 bytes (one when W is T).
-template <class T, class W, int V>
+// V * sizeof(T) / 16 vectors of 16 bytes (one when W is T). Wide: each vector read as one 16-byte load (fewer
+// instructions); else element by element (fewer registers: at 8 rows of x and int8 W 80 against 88, at 16 rows 128
+// against 144, each a block less per multiprocessor).
+template <class T, class W, int V, bool kWide>
 __device__ __forceinline__ void x_floats(const T* p, float (&f)[V]) {
   if constexpr (V == 1) {
     f[0] = cuda::to_f<T>(*p);
@@ -108,7 +110,12 @@ __device__ __forceinline__ void x_floats(const T* p, float (&f)[V]) {
 #pragma unroll
     for (int i = 0; i < V / kPer; ++i) {
       float g[kPer];
-      cuda::unpack16<T>(reinterpret_cast<const uint4*>(p)[i], g);
+      if constexpr (kWide) {
+        const uint4 v = reinterpret_cast<const uint4*>(p)[i];  // unpack16 would read a reference element-wise
+        cuda::unpack16<T>(v, g);
+      } else {
+        cuda::unpack16<T>(reinterpret_cast<const uint4*>(p)[i], g);
+      }
 #pragma unroll
       for (int j = 0; j < kPer; ++j) f[i * kPer + j] = g[j];
     }
@@ -171,7 +178,7 @@ __device__ __forceinline__ void fma_step(const Raw<W, V> (&wv)[kRowsPerWarp], co
     if constexpr (std::is_same_v<T, W>) {
       to_floats<T, V>(load_smem<T, V>(xs + m * tile_k + c), xf);
     } else {
-      x_floats<T, W, V>(xs + m * tile_k + c, xf);
+      x_floats<T, W, V, (MT <= 2)>(xs + m * tile_k + c, xf);
     }
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
@@ -254,6 +261,17 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) wv[u][r] = load_w<W, V>(wrow[r] + t0 + c + u * kStride);
+      if constexpr (V > 1 && MT == 1) {
+        // ptxas would issue the later steps' loads only after the first steps' arithmetic (two or three round trips
+        // to memory where one would do, and fewer bytes in flight); the first use now needs every load, so all of
+        // them go out first. With more rows of x the registers this takes would cost occupancy instead (at 2 rows of x
+        // and int8 W: 116 registers against 64).
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int r = 0; r < kRowsPerWarp; ++r)
+            if (u + r > 0) cuda::load_together(wv[0][0].x, wv[u][r].x);
+      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) fma_step<T, W, MT, V>(wv[u], xs, a.tile_k, c + u * kStride, acc);
     }
