@@ -385,14 +385,6 @@ __global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
         for (int h = 0; h < 2; ++h) wv[u][h] = cuda::load_stream16(wrow[h] + t0 + c + u * kStride);
-      if constexpr (MT == 8) {  // every load issued before the first mma, as in gemv (at 16 rows: 90 registers
-                                // against 64, half the blocks per multiprocessor)
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (u + h > 0) cuda::load_together(wv[0][0].x, wv[u][h].x);
-      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) step(wv[u], xq + c + u * kStride);
     }
