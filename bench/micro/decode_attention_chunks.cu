@@ -3,9 +3,8 @@
 // before) at chunks of 64 to 1024 keys, Llama-3-8B's heads (Hq 32 / Hkv 8, D 128, bf16) at 8k context, batch 1 and 8.
 // The library takes chunks of at least 128 keys (one wave of warps); batch 1 at 8k misses its 20 us target by about
 // 1 us, and 64 -> 128 was 12% faster there (docs/performance/decode.md). Copies of the cache are rotated past the L2
-// (batch 1's 33.6 MB would stay in it); each output is compared with the one-chunk result. Each chunk size runs with
-// rings of 3, 5 and 7 stages per warp (the library takes 3 where two blocks share a multiprocessor and the deepest
-// that fits, 7 at D 128, where a block has one to itself). Diagnostic only, not part of the library.
+// (batch 1's 33.6 MB would stay in it); each output is compared with the one-chunk result. Diagnostic only, not part
+// of the library.
 //
 //   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -Isrc -Iinclude \
 //     -o build/decode_attention_chunks bench/micro/decode_attention_chunks.cu
@@ -55,11 +54,10 @@ da::kern::Args args_for(const Buffers& b, int batch, int copy, int chunk) {
   return a;
 }
 
-template <int S>
 void launch(const da::kern::Args& a, cudaStream_t st) {
   const int64_t units = int64_t(a.batch) * a.heads_kv * a.row_blocks * a.splits;
   tigon::cuda::launch_pdl(dim3(unsigned((units + da::mma::kWarps - 1) / da::mma::kWarps)), dim3(da::mma::kWarps * 32),
-                          da::mma::smem_bytes<kD, S>(), st, da::mma::decode<T, kD, S>, a);
+                          da::mma::smem_bytes<kD>(), st, da::mma::decode<T, kD>, a);
   if (a.part_out)
     tigon::cuda::launch_pdl(dim3(unsigned(int64_t(a.batch) * a.heads_q)), dim3(kD), 0, st, da::kern::combine<T, kD>, a);
 }
@@ -67,12 +65,8 @@ void launch(const da::kern::Args& a, cudaStream_t st) {
 }  // namespace
 
 int main() {
-  CHECK(cudaFuncSetAttribute(da::mma::decode<T, kD, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             da::mma::smem_bytes<kD, 3>()));
-  CHECK(cudaFuncSetAttribute(da::mma::decode<T, kD, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             da::mma::smem_bytes<kD, 5>()));
-  CHECK(cudaFuncSetAttribute(da::mma::decode<T, kD, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             da::mma::smem_bytes<kD, 7>()));
+  CHECK(cudaFuncSetAttribute(da::mma::decode<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             da::mma::smem_bytes<kD>()));
   std::printf(
       "decode_attention_chunks: bf16, Hq %d / Hkv %d, D %d, context %d, %d SMs; us per call (4 calls of "
       "rotated caches timed together), TB/s of K and V, '!': differs from one chunk\n",
@@ -102,31 +96,25 @@ int main() {
     CHECK(cudaMalloc(&b.part, size_t(batch) * kHq * (kContext / 64) * (kD + 1) * sizeof(float)));
     CHECK(cudaMemcpy(b.q, hq.data(), qn * sizeof(T), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(b.lens, lens.data(), batch * sizeof(int32_t), cudaMemcpyHostToDevice));
-    launch<3>(args_for(b, batch, 0, kContext), nullptr);  // one chunk: the reference
+    launch(args_for(b, batch, 0, kContext), nullptr);  // one chunk: the reference
     const std::vector<float> ref = read_floats(b.out, qn);
     const double mb = 2.0 * cache * sizeof(T) * 1e-6;
-    auto run = [&](int stages, const da::kern::Args& a) {
-      if (stages == 3) launch<3>(a, nullptr);
-      if (stages == 5) launch<5>(a, nullptr);
-      if (stages == 7) launch<7>(a, nullptr);
-    };
-    for (int stages : {3, 5, 7})
-      for (int chunk : {64, 128, 256, 512, 1024, kContext}) {
-        if (chunk == 64) std::printf("batch %d, %d stages:", batch, stages);
-        const float us = time_us(
-                             [&] {
-                               for (int c = 0; c < kCopies; ++c) run(stages, args_for(b, batch, c, chunk));
-                             },
-                             20) /
-                         kCopies;
-        run(stages, args_for(b, batch, 0, chunk));
-        const std::vector<float> got = read_floats(b.out, qn);
-        bool bad = false;
-        for (size_t i = 0; i < qn; ++i) bad = bad || !(std::fabs(got[i] - ref[i]) <= 1e-2 * (0.05 + std::fabs(ref[i])));
-        ok = ok && !bad;
-        std::printf("  %d keys: %.1f us %.2f TB/s%s", chunk, us, mb / us, bad ? "!" : "");
-        if (chunk == kContext) std::printf("\n");
-      }
+    std::printf("batch %d:", batch);
+    for (int chunk : {64, 128, 256, 512, 1024, kContext}) {
+      const float us = time_us(
+                           [&] {
+                             for (int c = 0; c < kCopies; ++c) launch(args_for(b, batch, c, chunk), nullptr);
+                           },
+                           20) /
+                       kCopies;
+      launch(args_for(b, batch, 0, chunk), nullptr);
+      const std::vector<float> got = read_floats(b.out, qn);
+      bool bad = false;
+      for (size_t i = 0; i < qn; ++i) bad = bad || !(std::fabs(got[i] - ref[i]) <= 1e-2 * (0.05 + std::fabs(ref[i])));
+      ok = ok && !bad;
+      std::printf("  %d keys: %.1f us %.2f TB/s%s", chunk, us, mb / us, bad ? "!" : "");
+    }
+    std::printf("\n");
     for (T* p : b.k) CHECK(cudaFree(p));
     for (T* p : b.v) CHECK(cudaFree(p));
     for (void* p :

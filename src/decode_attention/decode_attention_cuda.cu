@@ -24,7 +24,6 @@ struct Plan {
   int rows = 1;  // query rows per block (CUDA cores: a power of two up to kMaxRows) or per warp (tensor cores: 16)
   int64_t row_blocks = 1;
   int64_t splits = 1, chunk = 1;
-  bool deep = false;  // tensor cores: a block per multiprocessor at most, so the deep ring (mma::deep_stages)
 };
 
 // CUDA cores: blocks wanted per multiprocessor (a block keeps 128 lanes x 8 loads of 16 bytes in flight, and about 4
@@ -49,7 +48,6 @@ Plan make_plan(const Shape& s, int sms) {
     p.splits = std::clamp<int64_t>(kMmaWarpsPerSm * sms / units, 1, std::max<int64_t>(1, s.s_max / kMmaMinChunk));
     p.chunk = ceil_div(ceil_div(s.s_max, p.splits), mma::kTileKeys) * mma::kTileKeys;
     p.splits = std::max<int64_t>(1, ceil_div(s.s_max, p.chunk));
-    p.deep = ceil_div(units * p.splits, mma::kWarps) <= sms;
     return p;
   }
   while (p.rows < kern::kMaxRows && p.rows < rows) p.rows *= 2;
@@ -67,21 +65,14 @@ void combine(const kern::Args& a, cudaStream_t stream) {
   cuda::launch_pdl(dim3(unsigned(int64_t(a.batch) * a.heads_q * a.tq)), dim3(D), 0, stream, kern::combine<T, D>, a);
 }
 
-template <class T, int D, int S>
-void launch_mma_stages(const kern::Args& a, int dev, cudaStream_t stream) {
-  constexpr int smem = mma::smem_bytes<D, S>();  // past the default 48 KB at D 128
-  cuda::allow_max_smem(reinterpret_cast<const void*>(mma::decode<T, D, S>), cuda::device_limits(), dev);
+template <class T, int D>
+void launch_mma(const kern::Args& a, int dev, cudaStream_t stream) {
+  constexpr int smem = mma::smem_bytes<D>();  // past the default 48 KB at D 128
+  cuda::allow_max_smem(reinterpret_cast<const void*>(mma::decode<T, D>), cuda::device_limits(), dev);
   const int64_t units = int64_t(a.batch) * a.heads_kv * a.row_blocks * a.splits;
   cuda::launch_pdl(dim3(unsigned(ceil_div(units, mma::kWarps))), dim3(mma::kWarps * 32), smem, stream,
-                   mma::decode<T, D, S>, a);
+                   mma::decode<T, D>, a);
   combine<T, D>(a, stream);
-}
-
-template <class T, int D>
-void launch_mma(const kern::Args& a, const Plan& p, int dev, cudaStream_t stream) {
-  constexpr int kDeep = mma::deep_stages<D>(int(kMmaMinChunk / mma::kTileKeys));
-  if (p.deep) return launch_mma_stages<T, D, kDeep>(a, dev, stream);
-  launch_mma_stages<T, D, mma::kStages>(a, dev, stream);
 }
 
 template <class T, int D, int RB>
@@ -105,10 +96,10 @@ void launch_dim(const kern::Args& a, const Plan& p, cudaStream_t stream) {
 template <class T>
 void launch(const kern::Args& a, const Plan& p, int64_t head_dim, int device, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: return launch_mma<T, 64>(a, p, device, stream);
+    case 64: return launch_mma<T, 64>(a, device, stream);
     case 80: return launch_dim<T, 80>(a, p, stream);
     case 96: return launch_dim<T, 96>(a, p, stream);
-    case 128: return launch_mma<T, 128>(a, p, device, stream);
+    case 128: return launch_mma<T, 128>(a, device, stream);
     case 256: return launch_dim<T, 256>(a, p, stream);
     default: fail(TIGON_ERROR_INTERNAL, "decode attention: unexpected head_dim ", head_dim);
   }

@@ -5,9 +5,8 @@
 // mma.sync m16n8k16, and each warp is an independent unit of work (no block barrier):
 //  - one (sequence, key/value head, block of 16 query rows of its group, chunk of the cache); the rows are query
 //    heads x new tokens, padded to the tile's 16; their q stays in registers as A fragments for the whole chunk;
-//  - K and V stream through a ring of S stages of 16-key tiles in the warp's own shared memory (cp.async,
-//    zero-filled past the chunk; 16-byte chunks XOR-swizzled by row so ldmatrix meets no bank conflict): 3 stages
-//    when two blocks share a multiprocessor, deeper when one block has it to itself;
+//  - K and V stream through a 3-stage ring of 16-key tiles in the warp's own shared memory (cp.async, zero-filled
+//    past the chunk; 16-byte chunks XOR-swizzled by row so ldmatrix meets no bank conflict);
 //  - S = Q Kᵀ takes Kᵀ's B fragments straight from ldmatrix (a K row is a column of Kᵀ), P V takes V's from
 //    ldmatrix.trans, and P goes from S's accumulators to A fragments in registers, rounded to the input dtype;
 //  - an fp32 online softmax per row (a row's 4 lanes share their max with two shuffles); masks as the CUDA-core
@@ -28,23 +27,14 @@
 
 namespace tigon::decode_attention::mma {
 
-constexpr int kWarps = 4;            // per block: 4 independent units
-constexpr int kStages = 3;           // ring stages per warp (K and V tiles) when two blocks share a multiprocessor
-constexpr int kTileKeys = 16;        // keys per tile: one mma k-step of P V
-constexpr int kRows = 16;            // query rows per unit: the mma tile's M
-constexpr int kMaxSmem = 227 << 10;  // one block's dynamic shared memory at most (sm_90)
+constexpr int kWarps = 4;      // per block: 4 independent units
+constexpr int kStages = 3;     // K/V tiles in flight per warp
+constexpr int kTileKeys = 16;  // keys per tile: one mma k-step of P V
+constexpr int kRows = 16;      // query rows per unit: the mma tile's M
 
-template <int D, int S = kStages>
-constexpr int smem_bytes() {
-  return kWarps * S * 2 * kTileKeys * D * 2;
-}
-// Stages when a block has its multiprocessor to itself (as many blocks as multiprocessors or fewer: batch 1 and 2):
-// as deep as the shared memory allows, up to a whole chunk of `tiles` tiles in flight at once, so a warp waits for
-// memory about once per chunk instead of once per two tiles.
 template <int D>
-constexpr int deep_stages(int tiles) {
-  const int fit = kMaxSmem / smem_bytes<D, 1>();
-  return tiles + 1 < fit ? tiles + 1 : fit;
+constexpr int smem_bytes() {
+  return kWarps * kStages * 2 * kTileKeys * D * 2;
 }
 
 // Byte offset of 16-byte chunk c of row r in a [rows][D / 8 chunks] tile: chunks XOR-swizzled by r mod 8, which
@@ -56,9 +46,8 @@ __device__ __forceinline__ uint32_t tile_off(int r, int c) {
 }
 
 // grid: ceil(units / kWarps) blocks of kWarps * 32 threads, units = batch * heads_kv * row_blocks * splits.
-template <class T, int D, int S>
+template <class T, int D>
 __global__ void __launch_bounds__(kWarps * 32) decode(const kern::Args a) {
-  constexpr int kStages = S;
   constexpr int kChunks = D / 8, kTileBytes = kTileKeys * D * 2;
   constexpr float kLog2e = kern::kLog2e;
   extern __shared__ __align__(128) unsigned char smem[];
