@@ -2,7 +2,8 @@
 // block cluster until ~48 warps per multiprocessor are busy, at most 8 splits. At 1 x 4096 -> 4096 that is 8 splits
 // of 512, and the kernel trails cuBLAS there (docs/performance/decode.md); this program times every split count on
 // the decode shapes of Llama-3-8B, alone and as a chain of dependent launches (how a decode step runs them), beside
-// cuBLAS's GEMV. Each configuration's output is compared with cuBLAS's. Diagnostic only, not part of the library.
+// cuBLAS's GEMV, with copies of W rotated past the L2. Each configuration's output is compared with cuBLAS's.
+// Diagnostic only, not part of the library.
 //
 //   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -DTIGON_WITH_CUDA -Isrc -Iinclude \
 //     -o build/gemv_splits bench/micro/gemv_splits.cu -lcublas
@@ -69,36 +70,44 @@ int main() {
     std::vector<T> hw(wn), hx(s.k);
     for (auto& v : hw) v = __float2bfloat16(0.05f * nd(rng));
     for (auto& v : hx) v = __float2bfloat16(nd(rng));
-    T *w, *x, *y, *y_ref;
-    CHECK(cudaMalloc(&w, wn * sizeof(T)));
+    // Copies of W rotated through the chain, past the 50 MB L2 (a decode step's weights are never in it).
+    const int copies = int(std::max<size_t>(1, (size_t(256) << 20) / (wn * sizeof(T)) + 1));
+    std::vector<T*> ws(copies);
+    T *x, *y, *y_ref;
+    for (T*& p : ws) {
+      CHECK(cudaMalloc(&p, wn * sizeof(T)));
+      CHECK(cudaMemcpy(p, hw.data(), wn * sizeof(T), cudaMemcpyHostToDevice));
+    }
     CHECK(cudaMalloc(&x, s.k * sizeof(T)));
     CHECK(cudaMalloc(&y, s.n * sizeof(T)));
     CHECK(cudaMalloc(&y_ref, s.n * sizeof(T)));
-    CHECK(cudaMemcpy(w, hw.data(), wn * sizeof(T), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(x, hx.data(), s.k * sizeof(T), cudaMemcpyHostToDevice));
     const float one = 1.f, zero = 0.f;
     // y = W x with W row-major [N, K]: column-major W^T [K, N], so op(A) = A^T with A = W^T
-    auto cublas = [&](T* out) {
-      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.n, 1, s.k, &one, w, CUDA_R_16BF, s.k, x, CUDA_R_16BF, s.k, &zero, out,
-                   CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    auto cublas = [&](T* out, int copy = 0) {
+      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.n, 1, s.k, &one, ws[copy % copies], CUDA_R_16BF, s.k, x, CUDA_R_16BF,
+                   s.k, &zero, out, CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     };
     const double mb = double(wn) * sizeof(T) * 1e-6;
-    const float cb = time_us([&] { cublas(y_ref); }, 50);
+    int next = 0;
+    const float cb = time_us([&] { cublas(y_ref, next++); }, 50);
     const float cb_chain = time_us(
                                [&] {
-                                 for (int i = 0; i < kChain; ++i) cublas(y_ref);
+                                 for (int i = 0; i < kChain; ++i) cublas(y_ref, i);
                                },
                                10) /
                            kChain;
     std::printf("%6d x %-6d %6.1f / %5.1f %5.2f", s.n, s.k, cb, cb_chain, mb / cb);
     const std::vector<float> ref = read_floats(y_ref, s.n);
     for (int splits : {1, 2, 4, 8}) {
-      const kern::Args a = args_for(x, w, y, s, splits);
+      std::vector<kern::Args> as;
+      for (T* p : ws) as.push_back(args_for(x, p, y, s, splits));
       CHECK(cudaMemset(y, 0xff, s.n * sizeof(T)));
-      const float us = time_us([&] { launch(a, nullptr); }, 50);
+      int next = 0;
+      const float us = time_us([&] { launch(as[next++ % copies], nullptr); }, 50);
       const float chain = time_us(
                               [&] {
-                                for (int i = 0; i < kChain; ++i) launch(a, nullptr);
+                                for (int i = 0; i < kChain; ++i) launch(as[i % copies], nullptr);
                               },
                               10) /
                           kChain;
@@ -109,7 +118,7 @@ int main() {
       std::printf("  %6.1f / %5.1f %5.2f%s", us, chain, mb / us, worst > 2e-2 || std::isnan(worst) ? "!" : " ");
     }
     std::printf("\n");
-    CHECK(cudaFree(w));
+    for (T* p : ws) CHECK(cudaFree(p));
     CHECK(cudaFree(x));
     CHECK(cudaFree(y));
     CHECK(cudaFree(y_ref));
