@@ -1,6 +1,6 @@
 // How far K is split for the GEMV that src/gemv/ ships (bf16, one row of x): the library splits K over a thread
-// block cluster until ~48 warps per multiprocessor are busy, at most 8 splits. At 1 x 4096 -> 4096 that is 8 splits
-// of 512, and the kernel trails cuBLAS there (docs/performance/decode.md); this program times every split count on
+// block cluster until ~48 warps per multiprocessor are busy, at most 8 splits. At 1 x 4096 -> 4096 that is 4 splits
+// of 1024, and the kernel trails cuBLAS there (docs/performance/decode.md); this program times every split count on
 // the decode shapes of Llama-3-8B, alone and as a chain of dependent launches (how a decode step runs them), beside
 // cuBLAS's GEMV, with copies of W rotated past the L2. Each configuration's output is compared with cuBLAS's.
 // Diagnostic only, not part of the library.
@@ -84,7 +84,7 @@ int main() {
     CHECK(cudaMemcpy(x, hx.data(), s.k * sizeof(T), cudaMemcpyHostToDevice));
     const float one = 1.f, zero = 0.f;
     // y = W x with W row-major [N, K]: column-major W^T [K, N], so op(A) = A^T with A = W^T
-    auto cublas = [&](T* out, int copy = 0) {
+    auto cublas = [&](T* out, int copy) {
       cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.n, 1, s.k, &one, ws[copy % copies], CUDA_R_16BF, s.k, x, CUDA_R_16BF,
                    s.k, &zero, out, CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     };
