@@ -33,6 +33,13 @@ int sm_count(int device) {
   return counts[device];
 }
 
+bool has_sm90a(int device) {
+  int major = 0, minor = 0;
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0 && std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") != nullptr;
+}
+
 void require_sm90a(int device, const char* what) {
   int major = 0, minor = 0;
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

@@ -23,6 +23,10 @@ class DeviceGuard {
 // Multiprocessor count of a device (cached per device; no synchronisation).
 int sm_count(int device);
 
+// Whether device is an sm_90 (Hopper) GPU and this build holds sm_90a code: ops with a Hopper kernel and another
+// path choose with it.
+bool has_sm90a(int device);
+
 // Fails with TIGON_ERROR_NOT_SUPPORTED unless device is an sm_90 (Hopper) GPU and this build holds sm_90a code (the
 // wgmma / TMA kernels); `what` names the kernels in the message ("the CUDA MoE experts").
 void require_sm90a(int device, const char* what);

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "common/cuda_check.h"
 #include "common/device.h"
@@ -16,14 +15,6 @@ namespace tigon::int8 {
 namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// An sm_90 GPU, and this build holds sm_90a code (else the cuBLASLt path runs).
-bool hopper(int device) {
-  int major = 0, minor = 0;
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0 && std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") != nullptr;
-}
 
 template <class Out, int Act, int TileN, int ClusterM>
 void run(const LinearProblem& p, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
@@ -70,7 +61,7 @@ bool linear_fused_applies(const LinearProblem& p, int device) {
   const bool out16 = p.out.dtype == DType::kBFloat16 || p.out.dtype == DType::kFloat16;
   // TMA: 16-byte rows and addresses for both int8 operands and the 16-bit output (8 elements); the weight's scale and
   // the bias are read 16 bytes at a time.
-  return out16 && hopper(device) && p.qx.cols % 16 == 0 && p.qx.row_stride % 16 == 0 && p.qw.row_stride % 16 == 0 &&
+  return out16 && has_sm90a(device) && p.qx.cols % 16 == 0 && p.qx.row_stride % 16 == 0 && p.qw.row_stride % 16 == 0 &&
          p.qw.rows % 8 == 0 && p.out.row_stride % 8 == 0 && aligned16(p.qx.data) && aligned16(p.qw.data) &&
          aligned16(p.out.data) && aligned16(p.scale_w) && (p.bias == nullptr || aligned16(p.bias)) &&
          p.qx.rows <= INT32_MAX && p.qw.rows <= INT32_MAX;

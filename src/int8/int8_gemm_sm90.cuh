@@ -18,31 +18,12 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/activation_math.cuh"
+#include "common/cutlass_activation.cuh"
 #include "int8/int8.h"
 
 namespace tigon::int8::sm90 {
 
 using namespace cute;
-
-// The library's activations (common/activation_math.cuh) as a CUTLASS compute functor, so the fused epilogue computes
-// exactly what the other Tigon ops do.
-template <int Act>
-struct Activation {
-  template <class T>
-  struct Fn {
-    CUTLASS_DEVICE T operator()(T const& x) const {
-      if constexpr (std::is_same_v<T, float>) {
-        return cuda::act_fwd<Act>(x);
-      } else {
-        T y;
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < int(T::kElements); ++i) y[i] = cuda::act_fwd<Act>(x[i]);
-        return y;
-      }
-    }
-  };
-};
 
 // out (row-major [M, N]) = A (row-major [M, K]) · B (row-major [N, K], nn.Linear's weight)ᵀ: CUTLASS's "TN" GEMM,
 // the only layout its int8 wgmma takes (both operands K-major). The library runs 128 x 256 tiles in 2 x 1 clusters
@@ -71,7 +52,8 @@ struct Config {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>, ScaleX, Scaled,
       Bias>;
   using Fusion = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<Activation<Act>::template Fn, Out, float, kRound>, Dequantized>;
+      cutlass::epilogue::fusion::Sm90Compute<cuda::CutlassActivation<Act>::template Fn, Out, float, kRound>,
+      Dequantized>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,

@@ -110,6 +110,28 @@ def test_no_grad_and_partial_grads(device, act):
         assert_close(g, g_ref, name=f"d{wants}")
 
 
+@needs_cuda
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize(
+    "m,k,n,dtype,bias", [(1000, 72, 8200, torch.bfloat16, True), (300, 64, 520, torch.float16, False)]
+)
+def test_inference_matches_float64_reference(act, m, k, n, dtype, bias):
+    # no gradient wanted: on a Hopper GPU GELU-erf and SiLU run the GEMM with the activation in its epilogue (wide
+    # tiles in clusters, partial tiles at both edges; 128 x 128 tiles without a bias), the others cuBLASLt's epilogues
+    x, w, b, _ = make(m, k, n, dtype, "cuda", bias)
+    with torch.no_grad():
+        y = linear_act(x, w, b, act)
+        y_ref, _ = reference(act, x, w, b, None)
+        assert_close(y, y_ref, dtype, name="out (no_grad)", tol={k: 2 * v for k, v in TOL[dtype].items()})
+        # a graph replay gives the same bits
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y_graph = linear_act(x, w, b, act)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y_graph, y)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_expanded_output_gradient_and_none_activation(device):
     x, w, b, _ = make(8, 16, 32, torch.float32, device)
