@@ -1,12 +1,13 @@
-// Linear + activation's inference forward, out = act(x · Wᵀ + bias) in bf16: the CUTLASS sm_90 GEMM with the bias
-// and activation in its epilogue (src/linear_act/linear_act_sm90.cuh) in several tile shapes, clusters and schedules,
-// against cuBLASLt with its own epilogues (bare, BIAS, GELU_BIAS) as the library calls it (the heuristic's first
-// algorithm) and the fastest of the heuristic's first eight. This program is how the library's choice between the two
-// and its tiles were made (docs/performance/linear-act.md). Every CUTLASS output is checked on sampled elements
-// against fp64 dot products. Diagnostic only, not part of the library.
+// The library's GEMM with a fused epilogue, out = act(x · Wᵀ + bias (+ C)) in bf16 (src/common/gemm_sm90.cuh: linear +
+// GELU-erf / SiLU at inference, 1 x 1 convolutions), in several tile shapes, clusters and schedules, against cuBLASLt
+// with its own epilogues (bare, BIAS, GELU_BIAS) as the library calls it (the heuristic's first algorithm) and the
+// fastest of the heuristic's first eight. This program is how the library's choice between the two and its tiles were
+// made (docs/performance/linear-act.md). Every CUTLASS output is checked on sampled elements against fp64 dot
+// products. Diagnostic only, not part of the library.
 //
 //   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude -Ibench/micro \
-//     -I<cutlass>/include -DTIGON_WITH_CUDA -o build/linear_act_tiles bench/micro/linear_act_tiles.cu -lcublasLt
+//     -I<cutlass>/include -DTIGON_WITH_CUDA -DTIGON_CUDA_ARCHS_STRING=\"90a\" -o build/linear_act_tiles \
+//     bench/micro/linear_act_tiles.cu src/common/device.cpp -lcublasLt
 //   build/linear_act_tiles
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -17,7 +18,7 @@
 #include <random>
 #include <vector>
 
-#include "linear_act/linear_act_sm90.cuh"
+#include "common/gemm_sm90.cuh"
 #include "micro_util.cuh"
 
 namespace {
@@ -29,7 +30,7 @@ struct Shape3 {
 };
 
 struct Buffers {
-  T *x, *w, *bias, *out;
+  T *x, *w, *bias, *res, *out;
   void* ws;
 };
 
@@ -45,16 +46,17 @@ double act_ref(int act, double z) {
   }
 }
 
-// Largest |out - want| / (|want| + 1e-2 max|want|) over 2048 sampled elements.
-double sampled_error(const Buffers& b, const Shape3& s, int act) {
+// Largest |out - want| / (|want| + 1e-2 max|want|) over 2048 sampled elements (with C: act(x·Wᵀ + bias + C)).
+double sampled_error(const Buffers& b, const Shape3& s, int act, bool with_c) {
   const std::vector<float> x = read_floats(b.x, size_t(s.m) * s.k), w = read_floats(b.w, size_t(s.n) * s.k);
   const std::vector<float> bias = read_floats(b.bias, s.n), out = read_floats(b.out, size_t(s.m) * s.n);
+  const std::vector<float> res = with_c ? read_floats(b.res, size_t(s.m) * s.n) : std::vector<float>();
   std::mt19937 rng(3);
   std::vector<double> want(2048), got(2048);
   double scale = 0;
   for (int i = 0; i < 2048; ++i) {
     const int m = int(rng() % s.m), n = int(rng() % s.n);
-    double dot = bias[n];
+    double dot = bias[n] + (with_c ? res[size_t(m) * s.n + n] : 0.f);
     for (int k = 0; k < s.k; ++k) dot += double(x[size_t(m) * s.k + k]) * w[size_t(n) * s.k + k];
     want[i] = act_ref(act, dot);
     got[i] = out[size_t(m) * s.n + n];
@@ -67,27 +69,30 @@ double sampled_error(const Buffers& b, const Shape3& s, int act) {
 }
 
 template <class C>
-void run(const char* name, const Buffers& b, const Shape3& s, int act, int sms) {
-  tigon::linear_act::FwdProblem p;
-  p.x = {b.x, tigon::DType::kBFloat16, s.m, s.k, s.k};
-  p.w = {b.w, tigon::DType::kBFloat16, s.n, s.k, s.k};
-  p.bias = b.bias;
-  p.out = {b.out, tigon::DType::kBFloat16, s.m, s.n, s.n};
-  p.activation = act;
-  const typename C::Gemm::Arguments args = tigon::linear_act::sm90::arguments<C>(p, 0, sms);
+void run(const char* name, const Buffers& b, const Shape3& s, int act, int sms, bool with_c = false) {
+  tigon::cuda::sm90::EpilogueGemm g;
+  g.m = s.m, g.n = s.n, g.k = s.k;
+  g.a = b.x, g.lda = s.k;
+  g.b = b.w, g.ldb = s.k;
+  g.bias = b.bias;
+  if (with_c) g.c = b.res, g.ldc = s.n;
+  g.d = b.out, g.ldd = s.n;
+  const typename C::Gemm::Arguments args = tigon::cuda::sm90::gemm_arguments<C>(g, 0, sms);
   typename C::Gemm op;
   if (op.can_implement(args) != cutlass::Status::kSuccess || C::Gemm::get_workspace_size(args) > kWorkspace) {
-    std::printf("  %-40s refused\n", name);
+    std::printf("  %-44s refused\n", name);
     return;
   }
   CHECK(cudaMemset(b.out, 0, size_t(s.m) * s.n * sizeof(T)));
   if (op.initialize(args, b.ws) != cutlass::Status::kSuccess) {
-    std::printf("  %-40s could not initialize\n", name);
+    std::printf("  %-44s could not initialize\n", name);
     return;
   }
   const float us = time_us([&] { op.run(); }, 31);
   const double tf = 2.0 * s.m * s.n * double(s.k) / us * 1e-6;
-  std::printf("  %-40s %9.1f us  %6.1f TFLOP/s  sampled error %.2e\n", name, us, tf, sampled_error(b, s, act));
+  const double gbs = 2.0 * (double(s.m) * s.k + double(s.n) * s.k + double(s.m) * s.n * (with_c ? 2 : 1)) / us * 1e-3;
+  std::printf("  %-44s %9.1f us  %6.1f TFLOP/s  %6.0f GB/s  workspace %zu  sampled error %.2e\n", name, us, tf, gbs,
+              size_t(C::Gemm::get_workspace_size(args)), sampled_error(b, s, act, with_c));
 }
 
 // cuBLASLt: out (column-major N x M) = Wᵀ · x with the given epilogue; the heuristic's first algorithm, then the
@@ -118,8 +123,10 @@ void run_cublaslt(cublasLtHandle_t lt, const Buffers& b, const Shape3& s, cublas
   int best_i = -1;
   for (int i = 0; i < found; ++i) {
     const float us = time_us(
-        [&] { cublasLtMatmul(lt, desc, &one, b.w, la, b.x, lb, &zero, b.out, lc, b.out, lc, &heur[i].algo, b.ws,
-                             kWorkspace, 0); },
+        [&] {
+          cublasLtMatmul(lt, desc, &one, b.w, la, b.x, lb, &zero, b.out, lc, b.out, lc, &heur[i].algo, b.ws, kWorkspace,
+                         0);
+        },
         31);
     if (i == 0) first = us;
     if (us < best) best = us, best_i = i;
@@ -136,7 +143,7 @@ void run_cublaslt(cublasLtHandle_t lt, const Buffers& b, const Shape3& s, cublas
 }
 
 template <int Act, int M, int N, int CM, bool PP = false>
-using Config = tigon::linear_act::sm90::Config<T, Act, M, N, CM, PP>;
+using Config = tigon::cuda::sm90::GemmConfig<T, Act, M, N, CM, PP>;
 
 }  // namespace
 
@@ -144,9 +151,17 @@ int main() {
   const int sms = device_sms();
   // Llama-3-8B's up projection over 8192 tokens, a square GEMM, BERT-base's intermediate dense at 32 x 256, 8 x 512
   // and 1 x 128 tokens
-  const Shape3 shapes[] = {{8192, 14336, 4096}, {4096, 4096, 4096}, {8192, 3072, 768}, {4096, 3072, 768}, {128, 3072, 768}};
+  const Shape3 shapes[] = {
+      {8192, 14336, 4096}, {4096, 4096, 4096}, {8192, 3072, 768}, {4096, 3072, 768}, {128, 3072, 768}};
+  // ResNet-50's 1 x 1 convolutions at batch 64 as GEMMs (pixels x out channels x in channels)
+  const Shape3 convs[] = {{200704, 256, 64},  {200704, 64, 256},  {50176, 512, 128},
+                          {12544, 256, 1024}, {12544, 1024, 256}, {3136, 2048, 512}};
   size_t max_mk = 0, max_nk = 0, max_mn = 0;
   int max_n = 0;
+  for (const Shape3& s : convs) {
+    max_mk = std::max(max_mk, size_t(s.m) * s.k), max_nk = std::max(max_nk, size_t(s.n) * s.k);
+    max_mn = std::max(max_mn, size_t(s.m) * s.n), max_n = std::max(max_n, s.n);
+  }
   for (const Shape3& s : shapes) {
     max_mk = std::max(max_mk, size_t(s.m) * s.k), max_nk = std::max(max_nk, size_t(s.n) * s.k);
     max_mn = std::max(max_mn, size_t(s.m) * s.n), max_n = std::max(max_n, s.n);
@@ -156,6 +171,7 @@ int main() {
   CHECK(cudaMalloc(&b.w, max_nk * 2));
   CHECK(cudaMalloc(&b.bias, max_n * 2));
   CHECK(cudaMalloc(&b.out, max_mn * 2));
+  CHECK(cudaMalloc(&b.res, max_mn * 2));
   CHECK(cudaMalloc(&b.ws, kWorkspace));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -168,6 +184,9 @@ int main() {
     std::vector<T> bias(max_n);
     for (auto& v : bias) v = T(normal(rng) * 0.1f);
     CHECK(cudaMemcpy(b.bias, bias.data(), max_n * 2, cudaMemcpyHostToDevice));
+    std::vector<T> res(max_mn);
+    for (auto& v : res) v = T(normal(rng));
+    CHECK(cudaMemcpy(b.res, res.data(), max_mn * 2, cudaMemcpyHostToDevice));
   }
   cublasLtHandle_t lt;
   cublasLtCreate(&lt);
@@ -187,6 +206,16 @@ int main() {
     run<Config<TIGON_ACT_SILU, 128, 128, 1, true>>("silu 128x128 pingpong", b, s, TIGON_ACT_SILU, sms);
     run<Config<TIGON_ACT_SILU, 128, 128, 2, true>>("silu 128x128 pingpong cluster 2x1", b, s, TIGON_ACT_SILU, sms);
     run<Config<TIGON_ACT_SILU, 64, 256, 1, true>>("silu 64x256 pingpong", b, s, TIGON_ACT_SILU, sms);
+  }
+  for (const Shape3& s : convs) {
+    std::printf("1x1 convolution as a GEMM: M %d N %d K %d\n", s.m, s.n, s.k);
+    run_cublaslt(lt, b, s, CUBLASLT_EPILOGUE_RELU_BIAS, "cuBLASLt RELU_BIAS");
+    run<Config<TIGON_ACT_RELU, 128, 256, 2>>("relu 128x256 coop cluster 2x1", b, s, TIGON_ACT_RELU, sms);
+    run<Config<TIGON_ACT_RELU, 128, 256, 2>>("relu + C 128x256 coop cluster 2x1", b, s, TIGON_ACT_RELU, sms, true);
+    run<Config<TIGON_ACT_RELU, 128, 128, 1>>("relu 128x128 coop", b, s, TIGON_ACT_RELU, sms);
+    run<Config<TIGON_ACT_RELU, 128, 128, 1>>("relu + C 128x128 coop", b, s, TIGON_ACT_RELU, sms, true);
+    run<Config<TIGON_ACT_RELU, 128, 128, 1, true>>("relu + C 128x128 pingpong", b, s, TIGON_ACT_RELU, sms, true);
+    run<Config<TIGON_ACT_RELU, 128, 64, 1, true>>("relu + C 128x64 pingpong", b, s, TIGON_ACT_RELU, sms, true);
   }
   cublasLtDestroy(lt);
   return 0;

@@ -27,4 +27,9 @@ struct Problem {
 void fwd_cpu(const Problem& p);
 void fwd_cuda(const Problem& p, int device, void* stream);
 
+// A 1 x 1, unit-stride, unpadded convolution in 16 bits whose tensors TMA takes is a GEMM over the channels
+// (conv2d_1x1.cu); fwd_cuda runs those through the library's sm_90 epilogue GEMM.
+bool is_gemm(const Problem& p);
+void fwd_gemm_cuda(const Problem& p, int device, void* stream);
+
 }  // namespace tigon::conv2d

@@ -3,7 +3,8 @@
 // gathers the filter window, zero-filling the padding), the filter tile by plain TMA, warp-specialized wgmma
 // accumulates in fp32, and the epilogue applies bias (one value per output channel: a GEMM column), the residual
 // (the epilogue's source operand C, beta = 1) and ReLU before the one rounding and the TMA store.
-// Tile configurations (conv2d_sm90.cuh), no cluster: 128 x 128 output tiles, 128 x 64 where K <= 64.
+// Tile configurations (conv2d_sm90.cuh), no cluster: 128 x 128 output tiles, 128 x 64 where K <= 64. 1 x 1
+// convolutions with unit stride and no padding run as plain GEMMs instead (conv2d_1x1.cu).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -67,6 +68,7 @@ void fwd_cuda(const Problem& p, int device, void* stream) {
   for (const void* ptr : {p.x, p.weight, p.bias, p.residual, static_cast<const void*>(p.y)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       fail_arg("x", "and the other tensors must start at 16-byte aligned addresses for the CUDA convolution");
+  if (is_gemm(p)) return fwd_gemm_cuda(p, device, stream);
   switch (p.dtype) {
     case DType::kBFloat16: run_act<cutlass::bfloat16_t>(p, device, st); break;
     case DType::kFloat16: run_act<cutlass::half_t>(p, device, st); break;

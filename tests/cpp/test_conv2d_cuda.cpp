@@ -1,5 +1,6 @@
 // Convolution on the GPU against the CPU reference through the same C API: bf16 and fp16, with and without bias,
-// residual and ReLU, strides, padding and dilation, a 1x1 and a 7x7 filter; and the refusal of channels that are not
+// residual and ReLU, strides, padding and dilation, 1x1 filters (GEMMs, and a strided one that is not) and a 7x7
+// filter; and the refusal of channels that are not
 // a multiple of 8. Skipped without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -64,6 +65,10 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, Conv2dCuda,
     ::testing::Values(Case{DType::kBFloat16, 2, 64, 14, 14, 64, 3, 3, 1, 1, 1, true},   // ResNet 3x3
                       Case{DType::kBFloat16, 3, 32, 9, 11, 128, 1, 1, 1, 0, 1, false},  // 1x1, odd sizes
+                      // 1x1 as a GEMM: wide tiles in clusters with bias + shortcut + ReLU; 128 x 128 tiles, odd M
+                      Case{DType::kBFloat16, 8, 64, 56, 56, 256, 1, 1, 1, 0, 1, true},
+                      Case{DType::kFloat16, 3, 40, 9, 11, 72, 1, 1, 1, 0, 1, true},
+                      Case{DType::kBFloat16, 2, 64, 14, 14, 128, 1, 1, 2, 0, 1, true},  // 1x1 stride 2: a convolution
                       Case{DType::kFloat16, 2, 16, 23, 17, 64, 7, 7, 2, 3, 1, true},    // strided 7x7
                       Case{DType::kFloat16, 1, 24, 13, 13, 8, 3, 3, 1, 2, 2, true}),    // dilated
     [](const ::testing::TestParamInfo<Case>& info) {
