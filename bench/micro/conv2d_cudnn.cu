@@ -3,7 +3,8 @@
 // library's CUTLASS kernel misses by 7-8% (docs/performance/conv2d.md). Two ways in: the legacy API
 // (cudnnConvolutionBiasActivationForward; every algorithm it lists is tried, the fastest shown, its output checked
 // against the bare convolution + bias + z + ReLU on the host) and the graph API (convolution -> add bias [-> add z] ->
-// ReLU as one operation graph; the first engine configurations of heuristics mode A are tried, the fastest shown).
+// ReLU as one operation graph; the first sixteen engine configurations of heuristics modes A and B are tried, the
+// first that runs and the fastest shown).
 // Diagnostic only, not part of the library.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I<cudnn>/include -o build/conv2d_cudnn bench/micro/conv2d_cudnn.cu \
@@ -106,10 +107,15 @@ cudnnBackendDescriptor_t pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescri
 
 enum Uid : int64_t { kX = 1, kW, kB, kZ, kY, kConv, kAdd, kAdd2 };
 
-// Median µs of the fastest engine configuration that runs the graph (stage 0: bare convolution into y; 1: + bias,
-// ReLU; 2: + bias, + z, ReLU), or -1 when none does.
-float graph_us_or_throw(cudnnHandle_t handle, const Layer& l, int p, int stage, T* x, T* w, T* b, T* z, T* y, void* ws,
-                        size_t ws_bytes) {
+// Median µs of the heuristic's first engine configuration that runs the graph (stage 0: bare convolution into y; 1:
+// + bias, ReLU; 2: + bias, + z, ReLU) and of the fastest of its first 16 (first, best; -1 when none runs).
+struct GraphTimes {
+  float first = -1.f, best = -1.f;
+  int best_index = -1, tried = 0;
+};
+
+GraphTimes graph_us_or_throw(cudnnHandle_t handle, const Layer& l, int p, int stage, cudnnBackendHeurMode_t heur_mode,
+                             T* x, T* w, T* b, T* z, T* y, void* ws, size_t ws_bytes) {
   const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
   cudnnBackendDescriptor_t tx = tensor(kX, l.n, l.c, l.h, l.w, bf16, false);
   cudnnBackendDescriptor_t tw = tensor(kW, l.k, l.c, l.r, l.r, bf16, false);
@@ -158,17 +164,16 @@ float graph_us_or_throw(cudnnHandle_t handle, const Layer& l, int p, int stage, 
   set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops.size()), ops.data());
   TRY(cudnnBackendFinalize(graph));
   cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
   set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
   set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
   TRY(cudnnBackendFinalize(heur));
-  constexpr int kConfigs = 8;
+  constexpr int kConfigs = 16;
   cudnnBackendDescriptor_t cfgs[kConfigs];
   for (auto& c : cfgs) c = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
   int64_t n_cfg = 0;
   TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, kConfigs, &n_cfg,
                                cfgs));
-  float best = -1.f;
+  GraphTimes t;
   for (int64_t i = 0; i < n_cfg; ++i) {
     cudnnBackendDescriptor_t plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
@@ -185,23 +190,25 @@ float graph_us_or_throw(cudnnHandle_t handle, const Layer& l, int p, int stage, 
       TRY(cudnnBackendFinalize(pack));
       if (cudnnBackendExecute(handle, plan, pack) == CUDNN_STATUS_SUCCESS && cudaDeviceSynchronize() == cudaSuccess) {
         const float us = time_us([&] { cudnnBackendExecute(handle, plan, pack); });
-        if (best < 0 || us < best) best = us;
+        if (t.first < 0) t.first = us;
+        if (t.best < 0 || us < t.best) t.best = us, t.best_index = int(i);
+        ++t.tried;
       }
       cudnnBackendDestroyDescriptor(pack);
     }
     cudnnBackendDestroyDescriptor(plan);
   }
   // descriptors of the graph are left to the process's end: a diagnostic's few hundred small objects
-  return best;
+  return t;
 }
 
-float graph_us(cudnnHandle_t handle, const Layer& l, int p, int stage, T* x, T* w, T* b, T* z, T* y, void* ws,
-               size_t ws_bytes) {
+GraphTimes graph_us(cudnnHandle_t handle, const Layer& l, int p, int stage, cudnnBackendHeurMode_t mode, T* x, T* w,
+                    T* b, T* z, T* y, void* ws, size_t ws_bytes) {
   try {
-    return graph_us_or_throw(handle, l, p, stage, x, w, b, z, y, ws, ws_bytes);
+    return graph_us_or_throw(handle, l, p, stage, mode, x, w, b, z, y, ws, ws_bytes);
   } catch (const std::exception& e) {
     std::printf("  (graph stage %d: %s)\n", stage, e.what());
-    return -1.f;
+    return {};
   }
 }
 
@@ -315,13 +322,16 @@ int main() {
     show("conv + bias + residual + ReLU", fused_z);
     std::printf("  max rel diff of the fused output %.1e\n", err);
     const char* stages[3] = {"graph: bare convolution", "graph: conv + bias + ReLU", "graph: conv + bias + z + ReLU"};
-    for (int stage = 0; stage < 3; ++stage) {
-      const float us = graph_us(handle, l, p, stage, x, w, b, z, y, ws, ws_bytes);
-      if (us < 0)
-        std::printf("  %-34s no engine configuration ran\n", stages[stage]);
-      else
-        std::printf("  %-34s %8.1f us  %5.2fx legacy bare\n", stages[stage], us, us / bare.us);
-    }
+    for (int stage = 0; stage < 3; ++stage)
+      for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B}) {
+        const GraphTimes t = graph_us(handle, l, p, stage, mode, x, w, b, z, y, ws, ws_bytes);
+        if (t.tried == 0)
+          std::printf("  %-34s mode %c: no engine configuration ran\n", stages[stage],
+                      mode == CUDNN_HEUR_MODE_A ? 'A' : 'B');
+        else
+          std::printf("  %-34s mode %c: first %7.1f us, best %7.1f us (#%d of %d)  %5.2fx legacy bare\n", stages[stage],
+                      mode == CUDNN_HEUR_MODE_A ? 'A' : 'B', t.first, t.best, t.best_index, t.tried, t.best / bare.us);
+      }
     CUDNN(cudnnDestroyTensorDescriptor(d.x));
     CUDNN(cudnnDestroyTensorDescriptor(d.y));
     CUDNN(cudnnDestroyTensorDescriptor(d.bias));

@@ -8,7 +8,9 @@
  * residual NULL for none. x, weight, bias, residual and y share one dtype: fp16 or bf16 (fp32 on the CPU too).
  *
  * CUDA (sm_90): an implicit GEMM (CUTLASS 3: TMA im2col loads, warp-specialized wgmma, fp32 accumulation) with the
- * bias, residual and ReLU applied to the fp32 accumulator before the one rounding to the output dtype. It needs C and
+ * bias, residual and ReLU applied to the fp32 accumulator before the one rounding to the output dtype; a 1 x 1 filter
+ * with unit stride and no padding is a plain GEMM over the channels and runs as one (the library's persistent sm_90
+ * GEMM, the same epilogue). It needs C and
  * K multiples of 8 (16-byte rows), padding <= 128 and filter taps (R - 1) * dil_h, (S - 1) * dil_w < 255; other
  * problems are refused with an error naming the argument. CPU: a float64-accumulating reference. No workspace, no
  * host synchronisation: capturable in a CUDA graph. Forward only (inference).
