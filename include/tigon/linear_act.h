@@ -9,11 +9,9 @@
  * CUDA path. The GEMMs are cuBLASLt's, with the bias and the activation in the GEMM's epilogue where cuBLASLt has
  * one: NONE (BIAS; a residual comes in as the GEMM's C matrix, beta = 1), RELU (RELU_BIAS) and GELU_TANH (GELU_BIAS,
  * or GELU_AUX_BIAS, which also stores z for the backward; cuBLASLt's GELU is the tanh form). GELU_ERF and SILU have no
- * cuBLASLt epilogue: at inference (z NULL, no residual) on an sm_90 GPU with 16-bit operands TMA takes (K, N and the
- * row strides multiples of 8, 16-byte aligned addresses) they run the library's CUTLASS GEMM with act(acc + bias) in
- * its epilogue. Otherwise, and for an activation followed by a residual (an epilogue would apply the activation to
- * the sum), z is written with the BIAS epilogue (into z, or into out when z is not wanted), then one vectorised pass
- * computes act(z) (+ residual). The backward computes dZ in one elementwise pass that also writes the fp32
+ * cuBLASLt epilogue, and an activation followed by a residual cannot be one (the epilogue would apply the activation
+ * to the sum): those write z with the BIAS epilogue (into z, or into out when z is not wanted), then one vectorised
+ * pass computes act(z) (+ residual). The backward computes dZ in one elementwise pass that also writes the fp32
  * partial column sums of dZ for db (finished in a fixed order: the same bits every run), then the dX and dW GEMMs.
  * (cuBLASLt's DRELU / DGELU epilogues apply act' to a GEMM's own product, i.e. to the next layer's dX GEMM, which is
  * outside this op: here dY arrives as a tensor.) The CPU path is a plain fp64 reference with the same roundings.

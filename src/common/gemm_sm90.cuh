@@ -4,9 +4,8 @@
 // in fp32 with one rounding to D's dtype and a TMA store. A is [M, K] and B [N, K], both K-major (x and nn.Linear's
 // weight; a channels-last activation and a 1 x 1 filter), C and D are [M, N]; all row-major with 64-bit row strides.
 // act is one of the library's activations (common/activation_math.cuh). Whether C is read is decided at run time
-// (CUTLASS's beta), so one instantiation serves both. Used where cuBLASLt has no epilogue for the work (linear +
-// GELU-erf / SiLU; 1 x 1 convolutions with bias, shortcut and ReLU), and by the tile sweep in
-// bench/micro/linear_act_tiles.cu.
+// (CUTLASS's beta), so one instantiation serves both. Used by the 1 x 1 convolutions (bias, shortcut and ReLU) and by
+// the sweep in bench/micro/linear_act_tiles.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,8 +55,10 @@ inline bool epilogue_gemm_fits(const EpilogueGemm& g) {
          (g.bias == nullptr || al(g.bias)) && g.m > 0 && g.m <= INT32_MAX && g.n <= INT32_MAX && g.k <= INT32_MAX;
 }
 
-// T: cutlass::bfloat16_t or cutlass::half_t, for A, B, bias, C and D.
-template <class T, int Act, int TileM = 128, int TileN = 256, int ClusterM = 2, bool Pingpong = false>
+// T: cutlass::bfloat16_t or cutlass::half_t, for A, B, bias, C and D. ActFn: the activation as a CUTLASS compute
+// functor (another formula in a sweep; the library's act_fwd<Act> otherwise).
+template <class T, int Act, int TileM = 128, int TileN = 256, int ClusterM = 2, bool Pingpong = false,
+          template <class> class ActFn = CutlassActivation<Act>::template Fn>
 struct GemmConfig {
   static constexpr int kAlign = 8;                       // 16-byte TMA rows
   using TileShape = Shape<Int<TileM>, Int<TileN>, _64>;  // 64 elements = 128 bytes deep
@@ -67,8 +68,8 @@ struct GemmConfig {
   using EpilogueSchedule = std::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
   // act(alpha · acc + beta · C + bias[n]), alpha = 1, beta = 1 with C and 0 without (C then never read)
-  using Fusion = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<CutlassActivation<Act>::template Fn, T, float, T,
-                                                                    T, float>;
+  using Fusion =
+      cutlass::epilogue::fusion::LinCombPerColBiasEltAct<CutlassActivation<Act>::template Fn, T, float, T, T, float>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, T, cutlass::layout::RowMajor, kAlign, T,
@@ -130,12 +131,13 @@ void run_gemm(const EpilogueGemm& g, void* workspace, size_t workspace_bytes, in
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
-// 128 x 256 tiles in 2 x 1 clusters, or 128 x 128 tiles when the wide ones would not fill the GPU
-// (bench/micro/linear_act_tiles.cu; docs/performance/linear-act.md). g must satisfy epilogue_gemm_fits.
+// 128 x 256 tiles in 2 x 1 clusters, or 128 x 128 tiles when the wide ones would not fill the GPU or N is 128 or
+// less (a 256-wide tile would be half padding: M 200704, N 64, K 256 took 74.5 us against 57.3 on an H100;
+// bench/micro/linear_act_tiles.cu, docs/performance/conv2d.md). g must satisfy epilogue_gemm_fits.
 template <class T, int Act>
 void epilogue_gemm(const EpilogueGemm& g, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
   const int64_t wide_tiles = (g.m + 127) / 128 * ((g.n + 255) / 256);
-  if (wide_tiles < sm_count(device))
+  if (g.n <= 128 || wide_tiles < sm_count(device))
     run_gemm<GemmConfig<T, Act, 128, 128, 1>>(g, workspace, workspace_bytes, device, stream);
   else
     run_gemm<GemmConfig<T, Act, 128, 256, 2>>(g, workspace, workspace_bytes, device, stream);

@@ -47,12 +47,6 @@ void bwd_cpu(const BwdProblem& p);
 
 // CUDA path (linear_act_cuda.cu). workspace: as laid out above; stream: a cudaStream_t.
 void fwd_cuda(const FwdProblem& p, void* workspace, void* stream);
-
-// The sm_90 CUTLASS forward with the activation in the GEMM's epilogue (linear_act_sm90.cu): whether it takes p
-// (GELU-erf or SiLU, no z, no residual, 16-bit dtypes, TMA-aligned operands, a Hopper device), and the call. Its
-// scheduler's scratch comes from the cuBLASLt share of the workspace.
-bool fwd_sm90_applies(const FwdProblem& p, int device);
-void fwd_sm90(const FwdProblem& p, void* workspace, int device, void* stream);
 void bwd_cuda(const BwdProblem& p, const Workspace& ws, void* workspace, void* stream);
 
 }  // namespace tigon::linear_act

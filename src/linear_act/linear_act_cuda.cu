@@ -1,8 +1,6 @@
 // Linear + activation, CUDA path: cuBLASLt GEMMs with the bias and activation in their epilogues where cuBLASLt has
-// one, a CUTLASS GEMM with them in its epilogue for GELU-erf and SiLU at inference on sm_90 (linear_act_sm90.cu), the
-// pointwise family's kernels otherwise (include/tigon/linear_act.h states which and why).
-//  Forward:  [CUTLASS GEMM + act(acc + bias)]                                           -- GELU-erf / SiLU, no z, or
-//            [GEMM + BIAS/RELU_BIAS/GELU_BIAS/GELU_AUX_BIAS (+ C = residual for NONE)]  -- the fused path, or
+// one, the pointwise family's kernels where it has not (include/tigon/linear_act.h states which and why).
+//  Forward:  [GEMM + BIAS/RELU_BIAS/GELU_BIAS/GELU_AUX_BIAS (+ C = residual for NONE)]  -- the fused path, or
 //            [GEMM + BIAS -> z (or out)] -> [act(z) (+ residual) -> out]                -- the two-pass path.
 //  Backward: [dZ = dY ∘ act'(z), with fp32 partial column sums when db is wanted] -> [column sums -> db]
 //            -> [GEMM dX = dZ · W] -> [GEMM dW = dZᵀ · x].
@@ -62,9 +60,6 @@ bool try_fused(const FwdProblem& p, void* ws, cudaStream_t s) {
 
 void fwd_cuda(const FwdProblem& p, void* workspace, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int device = 0;
-  TIGON_CUDA_CHECK(cudaGetDevice(&device));
-  if (fwd_sm90_applies(p, device)) return fwd_sm90(p, workspace, device, stream);
   if (try_fused(p, workspace, s)) return;
   // Two passes: z = x · Wᵀ + b (into out when z is not wanted), then out = act(z) (+ residual) in place or not.
   const RowMatrix& z = p.z.data ? p.z : p.out;
