@@ -5,7 +5,7 @@ weight (tigon.ops.quantize_rows on the weight's rows: scale = max|w_n| / 127, ro
 - ``mode="w8a8"``: every forward quantizes its input per row (per token) and runs tigon.ops.int8_linear, the int8 x
   int8 GEMM with the scales, bias and activation applied in one pass after it. cuBLASLt's int8 kernels need in- and
   out-features that are multiples of 4; layers with other sizes stay as they are.
-- ``mode="weight_only"``: the input stays in its float dtype; up to 16 rows (decoding) run tigon.ops.gemv_int8,
+- ``mode="weight_only"``: the input stays in its float dtype; one or two rows (decoding) run tigon.ops.gemv_int8,
   which streams the int8 weight once, and more rows a matmul on the dequantized weight.
 
 Replaced: ``torch.nn.Linear`` (exactly that class) and ``tigon.nn.Linear`` (with its activation), with float weights
@@ -29,7 +29,9 @@ from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 __all__ = ["Int8Linear", "quantize", "dequantize", "quantize_weight", "perplexity"]
 
 MODES = ("w8a8", "weight_only")
-GEMV_MAX_ROWS = 16  # weight_only: rows of input up to which the int8 GEMV runs (what its kernel is built for)
+# weight_only: rows of input up to which the int8 GEMV runs. Its kernel reads x in 16-byte loads only at one or two
+# rows; at 8 rows it took 5x the bf16 GEMV's time (docs/performance/int8.md), more than dequantizing and a matmul.
+GEMV_MAX_ROWS = 2
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,8 +46,8 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class Int8Linear(nn.Module):
     """A linear layer (+ activation) with an int8 weight [out_features, in_features] and a float32 scale per output
     channel (buffers ``q_weight``, ``weight_scale``, and ``bias`` in the layer's float dtype or None). mode "w8a8"
-    quantizes each input row and runs the int8 GEMM; "weight_only" keeps the input in float (int8 GEMV for up to 16
-    rows, a dequantized matmul beyond). Inference only."""
+    quantizes each input row and runs the int8 GEMM; "weight_only" keeps the input in float (int8 GEMV for one or
+    two rows, a dequantized matmul beyond). Inference only."""
 
     def __init__(
         self,
