@@ -33,20 +33,26 @@ int sm_count(int device) {
   return counts[device];
 }
 
-bool has_sm90a(int device) {
+namespace {
+
+// The device's compute capability, major * 10 + minor.
+int compute_capability(int device) {
   int major = 0, minor = 0;
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0 && std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") != nullptr;
+  return major * 10 + minor;
 }
 
+bool built_for_sm90a() { return std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") != nullptr; }
+
+}  // namespace
+
+bool has_sm90a(int device) { return compute_capability(device) == 90 && built_for_sm90a(); }
+
 void require_sm90a(int device, const char* what) {
-  int major = 0, minor = 0;
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TIGON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0)
-    fail(TIGON_ERROR_NOT_SUPPORTED, what, " needs a Hopper GPU (sm_90); device ", device, " is sm_", major, minor);
-  if (std::strstr(TIGON_CUDA_ARCHS_STRING, "90a") == nullptr)
+  const int cc = compute_capability(device);
+  if (cc != 90) fail(TIGON_ERROR_NOT_SUPPORTED, what, " needs a Hopper GPU (sm_90); device ", device, " is sm_", cc);
+  if (!built_for_sm90a())
     fail(TIGON_ERROR_NOT_SUPPORTED,
          "this build of Tigon has no sm_90a code (CMAKE_CUDA_ARCHITECTURES=", TIGON_CUDA_ARCHS_STRING, "); ", what,
          " needs it");

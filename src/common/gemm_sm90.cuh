@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/cuda_types.cuh"
 #include "common/cutlass_activation.cuh"
 #include "common/device.h"
 #include "common/error.h"
@@ -49,10 +50,10 @@ struct EpilogueGemm {
 // Whether TMA takes the operands: 16-byte rows (K and the row strides multiples of 8 elements of 16 bits), 16-byte
 // aligned addresses (the bias is read 16 bytes at a time), and sizes CUTLASS counts in 32-bit ints.
 inline bool epilogue_gemm_fits(const EpilogueGemm& g) {
-  const auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return g.k % 8 == 0 && g.n % 8 == 0 && g.lda % 8 == 0 && g.ldb % 8 == 0 && g.ldd % 8 == 0 &&
-         (g.c == nullptr || (g.ldc % 8 == 0 && al(g.c))) && al(g.a) && al(g.b) && al(g.d) &&
-         (g.bias == nullptr || al(g.bias)) && g.m > 0 && g.m <= INT32_MAX && g.n <= INT32_MAX && g.k <= INT32_MAX;
+         (g.c == nullptr || (g.ldc % 8 == 0 && aligned16(g.c))) && aligned16(g.a) && aligned16(g.b) && aligned16(g.d) &&
+         (g.bias == nullptr || aligned16(g.bias)) && g.m > 0 && g.m <= INT32_MAX && g.n <= INT32_MAX &&
+         g.k <= INT32_MAX;
 }
 
 // T: cutlass::bfloat16_t or cutlass::half_t, for A, B, bias, C and D. ActFn: the activation as a CUTLASS compute
@@ -116,19 +117,25 @@ typename Cfg::Gemm::Arguments gemm_arguments(const EpilogueGemm& g, int device, 
   return args;
 }
 
-template <class Cfg>
-void run_gemm(const EpilogueGemm& g, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
-  const typename Cfg::Gemm::Arguments args = gemm_arguments<Cfg>(g, device, sm_count(device));
-  typename Cfg::Gemm op;
-  if (op.can_implement(args) != cutlass::Status::kSuccess)
-    fail(TIGON_ERROR_INTERNAL, "CUTLASS refused the GEMM: M ", g.m, ", N ", g.n, ", K ", g.k);
-  if (Cfg::Gemm::get_workspace_size(args) > workspace_bytes)
-    fail(TIGON_ERROR_INTERNAL, "the CUTLASS GEMM wants ", Cfg::Gemm::get_workspace_size(args),
+// Checks, sets up and launches one CUTLASS 3 GEMM (a GemmUniversalAdapter) on stream; what names it in errors.
+template <class Gemm>
+void launch_gemm(const typename Gemm::Arguments& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                 const char* what) {
+  Gemm op;
+  if (op.can_implement(args) != cutlass::Status::kSuccess) fail(TIGON_ERROR_INTERNAL, "CUTLASS refused ", what);
+  if (Gemm::get_workspace_size(args) > workspace_bytes)
+    fail(TIGON_ERROR_INTERNAL, what, " wants ", Gemm::get_workspace_size(args),
          " bytes of workspace, more than its caller has");
   if (op.initialize(args, workspace, stream) != cutlass::Status::kSuccess)
-    fail(TIGON_ERROR_INTERNAL, "CUTLASS could not set up the GEMM");
-  if (op.run(stream) != cutlass::Status::kSuccess) fail(TIGON_ERROR_CUDA, "CUTLASS could not launch the GEMM");
+    fail(TIGON_ERROR_INTERNAL, "CUTLASS could not set up ", what);
+  if (op.run(stream) != cutlass::Status::kSuccess) fail(TIGON_ERROR_CUDA, "CUTLASS could not launch ", what);
   TIGON_CUDA_CHECK_LAUNCH();
+}
+
+template <class Cfg>
+void run_gemm(const EpilogueGemm& g, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
+  launch_gemm<typename Cfg::Gemm>(gemm_arguments<Cfg>(g, device, sm_count(device)), workspace, workspace_bytes, stream,
+                                  "the epilogue GEMM");
 }
 
 // 128 x 256 tiles in 2 x 1 clusters, or 128 x 128 tiles when the wide ones would not fill the GPU or N is 128 or

@@ -5,30 +5,23 @@
 
 #include <cstdint>
 
-#include "common/cuda_check.h"
+#include "common/cuda_types.cuh"
 #include "common/device.h"
 #include "common/error.h"
 #include "int8/int8.h"
+#include "common/gemm_sm90.cuh"
 #include "int8/int8_gemm_sm90.cuh"
 
 namespace tigon::int8 {
 namespace {
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+using cuda::aligned16;
 
 template <class Out, int Act, int TileN, int ClusterM>
 void run(const LinearProblem& p, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
   using C = sm90::Config<Out, Act, 128, TileN, ClusterM>;
-  const typename C::Gemm::Arguments args = sm90::arguments<C>(p, device, sm_count(device));
-  typename C::Gemm op;
-  if (op.can_implement(args) != cutlass::Status::kSuccess)
-    fail(TIGON_ERROR_INTERNAL, "CUTLASS refused the int8 GEMM: M ", p.qx.rows, ", N ", p.qw.rows, ", K ", p.qx.cols);
-  if (C::Gemm::get_workspace_size(args) > workspace_bytes)
-    fail(TIGON_ERROR_INTERNAL, "the int8 GEMM wants more workspace than the linear's cuBLASLt share");
-  if (op.initialize(args, workspace, stream) != cutlass::Status::kSuccess)
-    fail(TIGON_ERROR_INTERNAL, "CUTLASS could not set up the int8 GEMM");
-  if (op.run(stream) != cutlass::Status::kSuccess) fail(TIGON_ERROR_CUDA, "CUTLASS could not launch the int8 GEMM");
-  TIGON_CUDA_CHECK_LAUNCH();
+  cuda::sm90::launch_gemm<typename C::Gemm>(sm90::arguments<C>(p, device, sm_count(device)), workspace, workspace_bytes,
+                                            stream, "the int8 GEMM");
 }
 
 // 128 x 256 tiles in 2 x 1 clusters, or 128 x 128 tiles when the wide ones would not fill the GPU. On an H100 the
