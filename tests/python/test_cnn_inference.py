@@ -51,6 +51,30 @@ def test_optimize_model_fuses_a_resnet_and_revert_restores_it(device):
     assert [type(m) for m in model.modules()] == before
 
 
+@needs_cuda
+def test_optimized_cnn_replays_a_cuda_graph_per_input_shape():
+    model = small_resnet().cuda()
+    xs = [torch.randn(b, 3, 20, 20, device="cuda").contiguous(memory_format=torch.channels_last) for b in (2, 2, 3)]
+    with torch.no_grad():
+        wants = [model.double()(x.double()) for x in xs]
+        model.to(torch.bfloat16)
+        tigon.optimize_model(model)
+        graphs = model.tigon_inference
+        gots = [model(x.bfloat16()) for x in xs]  # a capture, a replay with other values, a second capture
+        assert len(graphs.graphs) == 2 and graphs.failed is None
+        for i, (got, want) in enumerate(zip(gots, wants)):  # outputs are copies: later replays leave them as they were
+            assert_close(got, want, dtype=torch.bfloat16, name=f"logits {i}", scale=want.abs().max().item() * 4)
+        model.half()  # the weights move: the graphs are captured again over the new ones
+        got = model(xs[0].half())
+        assert_close(got, wants[0], dtype=torch.float16, name="fp16 logits", scale=wants[0].abs().max().item() * 4)
+        assert len(graphs.graphs) == 1
+    got = model(xs[0].half())  # gradients on: the eager forward (a graph's outputs have no autograd history)
+    assert len(graphs.graphs) == 1
+    assert_close(got.detach(), wants[0], dtype=torch.float16, name="eager", scale=wants[0].abs().max().item() * 4)
+    tigon.inference.revert(model)
+    assert "forward" not in model.__dict__ and "tigon_inference" not in model.__dict__
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_fold_matches_conv_batch_norm_relu(device):
     torch.manual_seed(1)

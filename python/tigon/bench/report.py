@@ -356,7 +356,7 @@ def draw_charts(results: list[dict], out: Path) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    """python -m tigon.bench.report --markdown [--brief] [--training | --inference | --train-step] [--file F]"""
+    """python -m tigon.bench.report --markdown [--brief] [--training | --inference | --train-step] [--file F] [--gpu G]"""
     import argparse
 
     from tigon.bench import records
@@ -373,12 +373,13 @@ def main(argv=None) -> int:
     part.add_argument("--training", action="store_true", help="only the ops with a backward (the README's table)")
     part.add_argument("--inference", action="store_true", help="only the inference ops (forward only)")
     p.add_argument("--file", type=Path, default=Path("bench/results/h200.jsonl"))
+    p.add_argument("--gpu", default="H200", help="only the rows of GPUs whose name holds this (default: H200)")
     args = p.parse_args(argv)
     if not args.markdown:
         p.error("nothing to do: pass --markdown")
     if not args.file.is_file():
         p.error(f"--file {args.file}: no such file (run from the repository root, or name the file)")
-    rows = records.read(args.file)
+    rows = [r for r in records.read(args.file) if args.gpu in (r.get("gpu") or "")]
     part = "training" if args.training else "inference" if args.inference else None
     print(records.train_step_markdown(rows) if args.train_step else records.ops_markdown(rows, args.brief, part))
     return 0

@@ -1,16 +1,18 @@
-"""The decode step replayed from CUDA graphs: one per (batch bucket, cache length bucket, sampling settings), captured
-on first use. Off the GPU the step runs eagerly, the same code.
-
+"""CUDA graphs for inference. StepGraphs: the decode step (and the encoder's layer stack), one graph per (batch bucket,
+cache length bucket, sampling settings), captured on first use; off the GPU the step runs eagerly, the same code.
 A graph records the step's kernels over the engine's static tensors (tokens, slot, cache, outputs), which the step
-updates in place, so a replay is one launch and needs no host data. Every graph allocates from one memory pool:
-they never run at once, and the pool stops growing once each bucket has been seen.
+updates in place, so a replay is one launch and needs no host data. CallGraphs: a whole model's forward of one input
+tensor (the CNN path), one graph per input signature. Every graph of one owner allocates from one memory pool: they
+never run at once, and the pool stops growing once each bucket has been seen.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import torch
+import torch.utils._pytree
 
 
 class StepGraphs:
@@ -43,6 +45,74 @@ class StepGraphs:
         with torch.cuda.graph(graph, pool=self._pool):
             step()
         self.graphs[key] = graph
+
+    def clear(self) -> None:
+        self.graphs.clear()
+
+
+def _memory_format(x: torch.Tensor) -> torch.memory_format:
+    channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    return torch.channels_last if channels_last else torch.contiguous_format
+
+
+class CallGraphs:
+    """fn(x) for one input tensor, replayed from CUDA graphs: one per input signature (shape, dtype, device, memory
+    format), captured on the first call with it, at most `limit` of them; past the limit fn runs eagerly.
+
+    A graph reads a static copy of x (the call's x is copied in) and writes static outputs, which are cloned on the
+    way out since the next replay writes over them. It also reads the weights where they were at capture: when any
+    tensor of `state` (the model's parameters and buffers) has moved since, e.g. after model.to(...), the graphs are
+    dropped and captured again. Every graph allocates from one memory pool (they never run at once)."""
+
+    def __init__(self, fn: Callable, state: list[torch.Tensor], limit: int = 16) -> None:
+        self.fn, self.state, self.limit = fn, state, limit
+        self.graphs: dict = {}
+        self.failed: str | None = None  # why capture is off: every call then runs eagerly
+        self._pool = None
+        self._ptrs = self._state_ptrs()
+
+    def _state_ptrs(self) -> list[int]:
+        return [t.data_ptr() for t in self.state]
+
+    def __call__(self, x: torch.Tensor):
+        if self._state_ptrs() != self._ptrs:
+            self.clear()
+            self._ptrs = self._state_ptrs()
+        key = (tuple(x.shape), x.dtype, x.device, _memory_format(x))
+        entry = self.graphs.get(key)
+        if entry is None:
+            if self.failed is not None or len(self.graphs) >= self.limit:
+                return self.fn(x)
+            entry = self._capture(key, x)
+            if entry is None:
+                return self.fn(x)
+        static_x, graph, static_out = entry
+        static_x.copy_(x)
+        graph.replay()
+        return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, static_out)
+
+    def _capture(self, key, x: torch.Tensor):
+        static_x = torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=key[3])
+        static_x.copy_(x)
+        current = torch.cuda.current_stream(x.device)
+        side = torch.cuda.Stream(x.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            self.fn(static_x)  # warm-up, as capture requires: cuBLAS handles, lazily loaded kernels
+        current.wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self._pool):
+                static_out = self.fn(static_x)
+        except RuntimeError as e:  # a host sync or another uncapturable step in the model's forward
+            self.failed = str(e).splitlines()[0]
+            warnings.warn(f"tigon.inference: the forward could not be captured in a CUDA graph ({self.failed}); "
+                          "running it eagerly", stacklevel=4)
+            return None
+        self.graphs[key] = (static_x, graph, static_out)
+        return self.graphs[key]
 
     def clear(self) -> None:
         self.graphs.clear()

@@ -62,7 +62,8 @@ def optimize_model(
     A model without a config that has Conv2d layers (a CNN: torchvision's ResNets, or any Sequential of Conv2d,
     BatchNorm2d, ReLU) is put in eval mode and runs each Conv2d with the BatchNorm2d and ReLU after it as one
     tigon.nn.Conv2d (batch norm folded, ReLU in the epilogue), a ResNet block's shortcut add in its last convolution's
-    epilogue; only dtype applies."""
+    epilogue; on a GPU its forward of one tensor without gradients replays a CUDA graph per input shape (weights read
+    where they are: moving them, e.g. model.to(...), captures again); only dtype applies."""
     if not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise ValueError(f"optimize_model: max_batch_size must be a positive int, got {max_batch_size!r}")
     if not isinstance(check_every, int) or check_every < 1:
@@ -72,7 +73,8 @@ def optimize_model(
     if getattr(config, "model_type", None) in ENCODER_MODEL_TYPES:
         return _optimize_encoder(model, max_seq_len, dtype)
     if config is None and any(type(m) is torch.nn.Conv2d for m in model.modules()):
-        return optimize_cnn(model, dtype)
+        model.tigon_inference = optimize_cnn(model, dtype, _MISSING)
+        return model
     if max_seq_len is None:
         max_seq_len = min(getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_SEQ_LEN)
     spec = read_spec(model, max_seq_len) if config is not None else f"{type(model).__name__} has no config"
