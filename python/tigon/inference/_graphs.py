@@ -108,8 +108,11 @@ class CallGraphs:
                 static_out = self.fn(static_x)
         except RuntimeError as e:  # a host sync or another uncapturable step in the model's forward
             self.failed = str(e).splitlines()[0]
-            warnings.warn(f"tigon.inference: the forward could not be captured in a CUDA graph ({self.failed}); "
-                          "running it eagerly", stacklevel=4)
+            warnings.warn(
+                f"tigon.inference: the forward could not be captured in a CUDA graph ({self.failed}); "
+                "running it eagerly",
+                stacklevel=4,
+            )
             return None
         self.graphs[key] = (static_x, graph, static_out)
         return self.graphs[key]
