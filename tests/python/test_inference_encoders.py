@@ -103,6 +103,21 @@ def test_encoder_layers_run_on_tigon(monkeypatch):
     assert calls == [(3, 17, 64)]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_weights_changed_after_optimizing_are_read(device):
+    """The fused QKV weights are copies and CUDA graphs read weights where they were: an in-place edit of a query
+    weight and a dtype change (new tensors) are both seen by the next call."""
+    ref, opt = pair("bert", device=device)
+    ids, kw = inputs(device=device)
+    with torch.no_grad(), no_fallback():
+        opt(ids, **kw)
+        for model in (ref, opt):
+            model.encoder.layer[0].attention.self.query.weight.mul_(2)
+        assert_outputs_match(opt(ids, **kw), ref(ids, **kw), torch.float32)
+        ref.bfloat16(), opt.bfloat16()
+        assert_outputs_match(opt(ids, **kw), ref(ids, **kw), torch.bfloat16)
+
+
 def test_return_dict_false_and_positional_arguments():
     ref, opt = pair("bert")
     ids, kw = inputs(token_types=True)

@@ -1,7 +1,8 @@
 """Encoder inference: a BERT, RoBERTa or DistilBERT model's forward with every encoder layer run as tensor code over
 the model's own parameters, the layer stack replayed from a CUDA graph per (batch, sequence length) bucket on a GPU.
 
-Per layer: the Q, K and V projections (three F.linear calls: no fused copy of the weights), attention through SDPA
+Per layer: the Q, K and V projections as one F.linear over a stacked copy of their weights (3 x hidden^2 per layer,
+made on first use and again when the weights move), attention through SDPA
 with the padding mask (tigon.ops.flash_attention on sm_90 in a 16-bit dtype when nothing is masked), the attention
 output projection with the residual added in tigon.ops.linear_act and tigon.ops.layer_norm after it, the intermediate
 projection and its activation as one linear_act, the output projection with the residual, and layer_norm again.
@@ -123,12 +124,17 @@ def attention(q, k, v, mask):
     return o.transpose(1, 2).reshape(b, t, h * d)
 
 
-def encoder_layer(spec: EncoderSpec, layer: EncoderLayer, h: torch.Tensor, mask) -> torch.Tensor:
+def fused_qkv(layer: EncoderLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query, key and value projections' weights and biases stacked: one GEMM instead of three, which at a
+    batch of one sequence are each too small to fill the GPU."""
+    projections = (layer.q, layer.k, layer.v)
+    biases = [p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projections]
+    return torch.cat([p.weight for p in projections]).detach(), torch.cat(biases).detach()
+
+
+def encoder_layer(spec: EncoderSpec, layer: EncoderLayer, qkv: tuple, h: torch.Tensor, mask) -> torch.Tensor:
     b, t, _ = h.shape
-    shape = (b, t, spec.heads, spec.head_dim)
-    q = F.linear(h, layer.q.weight, layer.q.bias).view(shape)
-    k = F.linear(h, layer.k.weight, layer.k.bias).view(shape)
-    v = F.linear(h, layer.v.weight, layer.v.bias).view(shape)
+    q, k, v = F.linear(h, *qkv).view(b, t, 3, spec.heads, spec.head_dim).unbind(2)  # strided views: no copies
     a = attention(q, k, v, mask)
     n1, n2 = layer.norm1, layer.norm2
     h = layer_norm(linear_act(a, layer.out.weight, layer.out.bias, "none", residual=h), n1.weight, n1.bias, n1.eps)
@@ -145,14 +151,28 @@ class EncoderRunner:
         self.graphs = StepGraphs(spec.device)
         self.buffers: dict = {}
         self.warned: set[str] = set()
+        self.state = [*spec.base.parameters(), *spec.base.buffers()]
+        self.copied = [t for layer in spec.layers for p in (layer.q, layer.k, layer.v) for t in (p.weight, p.bias)]
+        self._ptrs: list[int] = []
+        self.qkv: list[tuple] = []
+
+    def _refresh(self) -> None:
+        """Graphs read the weights where they were at capture, and the fused QKV weights are copies: when a weight has
+        moved since (model.to(...), a parameter replaced) or a copied one was changed in place, both are made again."""
+        ptrs = [t.data_ptr() for t in self.state] + [t._version for t in self.copied if t is not None]
+        if ptrs != self._ptrs:
+            self.clear()
+            self.qkv = [fused_qkv(layer) for layer in self.spec.layers]
+            self._ptrs = ptrs
 
     def layers(self, h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        for layer in self.spec.layers:
-            h = encoder_layer(self.spec, layer, h, mask)
+        for layer, qkv in zip(self.spec.layers, self.qkv):
+            h = encoder_layer(self.spec, layer, qkv, h, mask)
         return h
 
     def encode(self, h: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         """h [B, T, hidden] (the embeddings), valid [B, T] bool (False: padding) or None -> the last hidden state."""
+        self._refresh()
         b, t, width = h.shape
         tb = bucket(t, self.max_seq_len, MIN_SEQ_BUCKET)
         if not self.graphs.enabled or t > tb:
@@ -176,6 +196,7 @@ class EncoderRunner:
     def clear(self) -> None:
         self.graphs.clear()
         self.buffers.clear()
+        self.qkv, self._ptrs = [], []
 
     @property
     def nbytes(self) -> int:
