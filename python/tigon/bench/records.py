@@ -4,7 +4,8 @@ Every row carries where and when it was measured (git_sha, timestamp, gpu, torch
 and what: op, shape, dtype, impl, the times (fwd_ms, full_ms: eager calls; fwd_dev_ms, full_dev_ms: steady-state
 device time; step_ms, tokens_per_s for whole-model train steps) and the memory (peak_mib, or peak_gib for train
 steps). One benchmark invocation shares one timestamp, so (git_sha, timestamp) names a run; the baselines of a row
-(torch eager, torch.compile, Liger) are the rows of the same run, op and shape.
+(torch eager, torch.compile, Liger) are the rows of the same run, op and shape. Runs on an H100, where no H200 was at
+hand, name it in gpu; the report reads one GPU's rows (--gpu, default H200).
 """
 
 from __future__ import annotations
