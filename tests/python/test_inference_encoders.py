@@ -236,7 +236,7 @@ class EagerGraphs:
 
 
 BUCKET_CASES = [(4, 16, False), (3, 16, False), (4, 13, False), (3, 17, True), (1, 5, True), (3, 17, True)]
-BUCKET_KEYS = {(4, 16, False), (4, 16, True), (4, 32, True), (1, 8, True)}
+BUCKET_KEYS = {(4, 16, False, False), (4, 16, True, False), (4, 32, True, False), (1, 8, True, False)}
 
 
 @pytest.mark.parametrize("name", ["bert-seqcls", "roberta", "distilbert"])
@@ -251,8 +251,24 @@ def test_buckets_match_transformers(name):
         with torch.no_grad(), no_fallback():
             assert_outputs_match(opt(ids, **kw), ref(ids, **kw), torch.float32)
     assert set(runner.graphs.graphs) == set(runner.buffers) == BUCKET_KEYS
-    assert runner.graphs.graphs[(4, 32, True)] == 2
-    assert runner.nbytes == sum(b * t * (64 * 4 * 2 + 1) for b, t, _ in BUCKET_KEYS)  # input, output fp32; mask
+    assert runner.graphs.graphs[(4, 32, True, False)] == 2
+    pooled = 0 if name == "distilbert" else 1
+    # per token: ids, token types, positions (int64), the mask, the fp32 output; per row the pooled output
+    assert runner.nbytes == sum(b * t * (3 * 8 + 1 + 64 * 4) + pooled * b * 64 * 4 for b, t, _, _ in BUCKET_KEYS)
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta"])
+def test_buckets_take_token_types_and_positions_as_given(name):
+    """Token types given, then not (zeros again, not the last call's), then position ids given: a bucket of its own."""
+    ref, opt = pair(name)
+    runner = opt.tigon_inference
+    runner.graphs = EagerGraphs()
+    ids, kw = inputs(3, 13, padded=True, token_types=True)
+    positions = torch.arange(13).flip(0).expand(3, -1) + 2  # RoBERTa's positions start past its padding index
+    with torch.no_grad(), no_fallback():
+        for extra in (kw, {"attention_mask": kw["attention_mask"]}, dict(kw, position_ids=positions)):
+            assert_outputs_match(opt(ids, **extra), ref(ids, **extra), torch.float32)
+    assert set(runner.graphs.graphs) == {(4, 16, True, False), (4, 16, True, True)}
 
 
 def test_encoder_benchmark_runs_on_the_cpu(tmp_path, capsys):

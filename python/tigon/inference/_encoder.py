@@ -6,7 +6,8 @@ made on first use and again when the weights move), attention through SDPA
 with the padding mask (tigon.ops.flash_attention on sm_90 in a 16-bit dtype when nothing is masked), the attention
 output projection with the residual added in tigon.ops.linear_act and tigon.ops.layer_norm after it, the intermediate
 projection and its activation as one linear_act, the output projection with the residual, and layer_norm again.
-The embeddings and the pooler are the model's own modules, called eagerly on the call's own shape.
+The embeddings and the pooler are the model's own modules, in the graph too (over the bucket's shape): at a batch of
+one sequence their eager kernel launches cost as much as several layers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import inspect
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -170,28 +172,56 @@ class EncoderRunner:
             h = encoder_layer(self.spec, layer, qkv, h, mask)
         return h
 
-    def encode(self, h: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-        """h [B, T, hidden] (the embeddings), valid [B, T] bool (False: padding) or None -> the last hidden state."""
+    def encode(self, ids, types, positions, valid, embed: Callable, pool: Callable | None):
+        """ids [B, T]; types, positions [B, T] or None; valid [B, T] bool (False: padding) or None; embed(ids, types,
+        positions) -> the embeddings, pool(last) -> the pooled output (the model's modules) -> (the last hidden
+        state, the pooled output or None). In a graph the embeddings and the pooler run over the bucket: a token's
+        embedding depends on its row's ids up to it only, the pooler on each row's first token."""
         self._refresh()
-        b, t, width = h.shape
+        b, t = ids.shape
         tb = bucket(t, self.max_seq_len, MIN_SEQ_BUCKET)
         if not self.graphs.enabled or t > tb:
-            return self.layers(h, valid)
+            last = self.layers(embed(ids, types, positions), valid)
+            return last, None if pool is None else pool(last)
         bb = bucket(b, 1 << 30)
         masked = valid is not None or (bb, tb) != (b, t)
-        key = (bb, tb, masked)
+        key = (bb, tb, masked, positions is not None)
         buf = self.buffers.get(key)
         if buf is None:
-            x = torch.zeros(bb, tb, width, dtype=h.dtype, device=h.device)
-            buf = self.buffers[key] = (x, torch.ones(bb, tb, dtype=torch.bool, device=h.device), torch.empty_like(x))
-        x, mask, out = buf
-        x[:b, :t].copy_(h)
+            buf = self.buffers[key] = self._bucket_buffers(bb, tb, ids.device, pool is not None)
+        buf["ids"][:b, :t].copy_(ids)
+        if types is not None or buf["typed"]:  # types given now, or left over from the last call: zeros when None
+            buf["types"][:b, :t].copy_(types) if types is not None else buf["types"].zero_()
+            buf["typed"] = types is not None
+        if positions is not None:
+            buf["positions"][:b, :t].copy_(positions)
+        mask = buf["mask"]
         if masked:
             mask[:b].fill_(False)
             mask[:b, :t] = True if valid is None else valid
             mask[b:].fill_(True)  # rows past the batch: finite inputs over every key, results dropped
-        self.graphs.run(key, lambda: out.copy_(self.layers(x, mask if masked else None)))
-        return out[:b, :t].clone()
+
+        def step():
+            h = embed(buf["ids"], buf["types"], buf["positions"] if positions is not None else None)
+            buf["last"].copy_(self.layers(h, mask if masked else None))
+            if pool is not None:
+                buf["pooled"].copy_(pool(buf["last"]))
+
+        self.graphs.run(key, step)
+        return buf["last"][:b, :t].clone(), None if pool is None else buf["pooled"][:b].clone()
+
+    def _bucket_buffers(self, bb: int, tb: int, device, pooled: bool) -> dict:
+        width, dtype = self.spec.heads * self.spec.head_dim, self.spec.layers[0].q.weight.dtype
+        ids = torch.zeros(bb, tb, dtype=torch.long, device=device)
+        return {
+            "ids": ids,
+            "types": torch.zeros_like(ids),
+            "typed": False,
+            "positions": torch.zeros_like(ids),
+            "mask": torch.ones(bb, tb, dtype=torch.bool, device=device),
+            "last": torch.empty(bb, tb, width, dtype=dtype, device=device),
+            "pooled": torch.empty(bb, width, dtype=dtype, device=device) if pooled else None,
+        }
 
     def clear(self) -> None:
         self.graphs.clear()
@@ -201,7 +231,8 @@ class EncoderRunner:
     @property
     def nbytes(self) -> int:
         """Device memory of the buckets' static buffers (the graphs' own memory is in their shared pool)."""
-        return sum(t.numel() * t.element_size() for buf in self.buffers.values() for t in buf)
+        tensors = [t for buf in self.buffers.values() for t in buf.values() if isinstance(t, torch.Tensor)]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict | None:
@@ -230,13 +261,17 @@ def _unsupported(runner: EncoderRunner, config, named: dict | None) -> str | Non
     for k, v in named.items():
         if k not in OWN and v is not None and v is not False:
             return k
-    ids, mask = named.get("input_ids"), named.get("attention_mask")
+    ids = named.get("input_ids")
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         return "input_ids other than a [batch, sequence] tensor"
     if ids.device != runner.spec.device:
         return f"input_ids on {ids.device} (the model is on {runner.spec.device})"
-    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.shape != ids.shape):
-        return "an attention_mask other than [batch, sequence]"
+    for name in ("attention_mask", "token_type_ids", "position_ids"):
+        given = named.get(name)
+        if given is not None and (not isinstance(given, torch.Tensor) or given.shape != ids.shape):
+            return f"{'an' if name[0] == 'a' else 'a'} {name} other than [batch, sequence]"
+        if given is not None and given.device != ids.device:
+            return f"{name} on {given.device} (input_ids on {ids.device})"
     return None
 
 
@@ -248,6 +283,12 @@ def make_encoder_forward(runner: EncoderRunner, original):
     config = base.config
     signature = inspect.signature(original)
     distil = config.model_type == "distilbert"
+    pool = None if distil else base.pooler
+
+    def embed(ids, types, positions):
+        if distil:
+            return base.embeddings(ids, None, positions)
+        return base.embeddings(input_ids=ids, token_type_ids=types, position_ids=positions)
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
@@ -262,16 +303,12 @@ def make_encoder_forward(runner: EncoderRunner, original):
                 )
             return original(*args, **kwargs)
         ids, mask, positions = named["input_ids"], named.get("attention_mask"), named.get("position_ids")
-        if distil:
-            h = base.embeddings(ids, None, positions)
-        else:
-            h = base.embeddings(input_ids=ids, token_type_ids=named.get("token_type_ids"), position_ids=positions)
         valid = None if mask is None or bool(mask.all()) else mask.bool()
-        last = runner.encode(h, valid)
+        types = None if distil else named.get("token_type_ids")
+        last, pooled = runner.encode(ids, types, positions, valid, embed, pool)
         if distil:
             out = BaseModelOutput(last_hidden_state=last)
         else:
-            pooled = base.pooler(last) if base.pooler is not None else None
             out = BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=last, pooler_output=pooled)
         return_dict = named.get("return_dict")
         return out if (getattr(config, "return_dict", True) if return_dict is None else return_dict) else out.to_tuple()
