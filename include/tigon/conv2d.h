@@ -7,10 +7,13 @@
  * P = (H + 2*pad_h - dil_h*(R - 1) - 1) / stride_h + 1 and Q from W the same way. bias is a contiguous [K] (NULL: 0),
  * residual NULL for none. x, weight, bias, residual and y share one dtype: fp16 or bf16 (fp32 on the CPU too).
  *
- * CUDA (sm_90): an implicit GEMM (CUTLASS 3: TMA im2col loads, warp-specialized wgmma, fp32 accumulation) with the
- * bias, residual and ReLU applied to the fp32 accumulator before the one rounding to the output dtype; a 1 x 1 filter
- * with unit stride and no padding is a plain GEMM over the channels and runs as one (the library's persistent sm_90
- * GEMM, the same epilogue). It needs C and
+ * CUDA (sm_90): the bias, residual and ReLU are applied to the fp32 accumulator before the one rounding to the output
+ * dtype. A 1 x 1 filter with unit stride and no padding is a plain GEMM over the channels and runs as one (the
+ * library's persistent sm_90 GEMM). Other filters run through cuDNN 9's graph API (the convolution and the pointwise
+ * ops as one fused engine; cuDNN is loaded at run time, e.g. PyTorch's, never linked) when it loads and has an engine
+ * that needs no workspace and keeps fp32 accumulation; else as an implicit GEMM (CUTLASS 3: TMA im2col loads,
+ * warp-specialized wgmma). A problem's first call through cuDNN builds its plan (host work, kept for the process):
+ * make it outside a CUDA graph capture. It needs C and
  * K multiples of 8 (16-byte rows), padding <= 128 and filter taps (R - 1) * dil_h, (S - 1) * dil_w < 255; other
  * problems are refused with an error naming the argument. CPU: a float64-accumulating reference. No workspace, no
  * host synchronisation: capturable in a CUDA graph. Forward only (inference).

@@ -32,4 +32,8 @@ void fwd_cuda(const Problem& p, int device, void* stream);
 bool is_gemm(const Problem& p);
 void fwd_gemm_cuda(const Problem& p, int device, void* stream);
 
+// The other problems through cuDNN's fused graph when cuDNN is loadable and has an engine for the problem
+// (conv2d_cudnn.cpp); false: not run, the CUTLASS implicit GEMM takes it.
+bool fwd_cudnn(const Problem& p, int device, void* stream);
+
 }  // namespace tigon::conv2d

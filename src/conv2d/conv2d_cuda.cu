@@ -69,6 +69,7 @@ void fwd_cuda(const Problem& p, int device, void* stream) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       fail_arg("x", "and the other tensors must start at 16-byte aligned addresses for the CUDA convolution");
   if (is_gemm(p)) return fwd_gemm_cuda(p, device, stream);
+  if (fwd_cudnn(p, device, stream)) return;
   switch (p.dtype) {
     case DType::kBFloat16: run_act<cutlass::bfloat16_t>(p, device, st); break;
     case DType::kFloat16: run_act<cutlass::half_t>(p, device, st); break;
