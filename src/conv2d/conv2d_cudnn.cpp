@@ -239,7 +239,7 @@ using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, in
 
 struct Cache {
   std::mutex mutex;
-  std::map<int, cudnnHandle_t> handles;         // one per device, never destroyed (process lifetime)
+  std::map<int, cudnnHandle_t> handles;        // one per device, never destroyed (process lifetime)
   std::map<Key, std::unique_ptr<Plan>> plans;  // nullptr: no plan for the problem
 };
 
@@ -259,8 +259,14 @@ bool fwd_cudnn(const Problem& p, int device, void* stream) {
     handle = nullptr;
     return false;
   }
-  const Key key{device, int(p.dtype), p.n, p.c, p.h, p.w, p.k, p.r, p.s, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                p.dil_h * 4096 + p.dil_w, int(p.relu), int(p.bias != nullptr) * 2 + int(p.residual != nullptr)};
+  const Key key{device,      int(p.dtype),
+                p.n,         p.c,
+                p.h,         p.w,
+                p.k,         p.r,
+                p.s,         p.stride_h,
+                p.stride_w,  p.pad_h,
+                p.pad_w,     p.dil_h * 4096 + p.dil_w,
+                int(p.relu), int(p.bias != nullptr) * 2 + int(p.residual != nullptr)};
   auto found = c.plans.find(key);
   if (found == c.plans.end()) {
     std::unique_ptr<Plan> plan;
@@ -290,7 +296,8 @@ bool fwd_cudnn(const Problem& p, int device, void* stream) {
   }
   cudnnStatus_t st = cudnn().set_stream(handle, static_cast<cudaStream_t>(stream));
   if (st == CUDNN_STATUS_SUCCESS) st = cudnn().execute(handle, plan->plan, pack);
-  if (st != CUDNN_STATUS_SUCCESS) fail(TIGON_ERROR_CUDA, "conv2d: cuDNN's fused convolution failed: ", cudnn().error_string(st));
+  if (st != CUDNN_STATUS_SUCCESS)
+    fail(TIGON_ERROR_CUDA, "conv2d: cuDNN's fused convolution failed: ", cudnn().error_string(st));
   return true;
 }
 
