@@ -71,9 +71,9 @@ int64_t tiles_of(const Problem& pr, int64_t block_rows) {
 }
 
 // Tensor cores: MT (8 or 16) rows of x per block, rows of x staged with kMmaPad extra elements.
-template <class T, int MT>
+template <class T, int MT, class W>
 void launch_mma_rows(const kern::Args& base, const Plan& p, cudaStream_t stream) {
-  launch_chunks<MT>(base, p, size_t(MT) * (p.tile_k + kern::kMmaPad) * sizeof(T), stream, kern::gemv_mma<T, MT>);
+  launch_chunks<MT>(base, p, size_t(MT) * (p.tile_k + kern::kMmaPad) * sizeof(T), stream, kern::gemv_mma<T, MT, W>);
 }
 
 // Whether every row of x and W starts on 16 bytes and holds whole 16-byte vectors (the vector kernels' loads).
@@ -94,23 +94,33 @@ void launch(const Problem& pr, const Plan& p, cudaStream_t stream) {
     launch_mt<T, 1, W>(a, p, stream);
 }
 
-// From this many rows of x the tensor-core kernel runs (16-bit x and W with 16-byte rows): the CUDA cores' M FMAs per
-// weight element start to bound the CUDA-core kernel there.
-constexpr int64_t kMmaMinRows = 5;
+// From this many rows of x the tensor-core kernel runs (16-bit x, 16-byte rows): with 16-bit W the CUDA cores' M FMAs
+// per weight element start to bound the CUDA-core kernel there; with int8 W that kernel reads x element by element
+// from 3 rows (registers), 5x the bf16 GEMV's time at 8 rows.
+constexpr int64_t kMmaMinRows = 5, kMmaMinRowsInt8 = 3;
 
 bool uses_mma(const Problem& pr) {
-  return pr.x.rows >= kMmaMinRows && pr.x.dtype != DType::kFloat32 && pr.w[0].dtype == pr.x.dtype &&
-         vectorizable(pr, 8);
+  if (pr.x.dtype == DType::kFloat32) return false;
+  if (pr.w[0].dtype == DType::kInt8) return pr.x.rows >= kMmaMinRowsInt8 && vectorizable(pr, 16);
+  return pr.x.rows >= kMmaMinRows && pr.w[0].dtype == pr.x.dtype && vectorizable(pr, 8);
 }
 
-template <class T>
+template <class T, class W>
 void launch_mma(const Problem& pr, int sms, cudaStream_t stream) {
   const Plan p = make_plan(pr.x.rows, tiles_of(pr, kern::kMmaBlockRows), pr.x.cols, pr.x.dtype, sms);
   const kern::Args a = make_args(pr, p, kern::kMmaBlockRows);
   if (p.mt <= 8)
-    launch_mma_rows<T, 8>(a, p, stream);
+    launch_mma_rows<T, 8, W>(a, p, stream);
   else
-    launch_mma_rows<T, 16>(a, p, stream);
+    launch_mma_rows<T, 16, W>(a, p, stream);
+}
+
+template <class T>
+void launch_mma_w(const Problem& pr, int sms, cudaStream_t stream) {
+  if (pr.w[0].dtype == DType::kInt8)
+    launch_mma<T, int8_t>(pr, sms, stream);
+  else
+    launch_mma<T, T>(pr, sms, stream);
 }
 
 }  // namespace
@@ -123,11 +133,11 @@ void run_cuda(const Problem& pr, void*, size_t, void* stream_ptr) {
   int device = 0;
   TIGON_CUDA_CHECK(cudaGetDevice(&device));
   const int sms = sm_count(device);
-  if (uses_mma(pr)) {  // bf16 or fp16
+  if (uses_mma(pr)) {  // bf16 or fp16 x
     if (pr.x.dtype == DType::kBFloat16)
-      launch_mma<__nv_bfloat16>(pr, sms, stream);
+      launch_mma_w<__nv_bfloat16>(pr, sms, stream);
     else
-      launch_mma<__half>(pr, sms, stream);
+      launch_mma_w<__half>(pr, sms, stream);
     return;
   }
   const Plan p = make_plan(pr.x.rows, tiles_of(pr, kBlockRows), pr.x.cols, pr.x.dtype, sms);

@@ -315,15 +315,36 @@ __global__ void __launch_bounds__(kThreads) gemv(const Args a) {
 // 2q + 8, 2q + 9) and the last four a second one, and the lane's B registers are the same elements of x row g, one
 // 16-byte load from shared memory. Per 32 elements of K a lane issues two loads of W, MT / 8 loads of x and
 // MT / 4 mmas, against M FMAs per element on the CUDA cores. Rows of x past M are zeros in shared memory.
+//
+// int8 W (weight-only int8, from 3 rows of x): a lane's 16-byte load holds 16 weights, elements 16q .. 16q + 15 of a
+// 64-element chunk; they become two 16-byte vectors of T (int8 values are exact in bf16 and fp16), each taking the
+// place of one 16-bit load above with the x elements of the same K, and the row's scale multiplies the finished sum.
+// Where the CUDA-core kernel reads x element by element from 3 rows (registers), this reads it 16 bytes at a time.
 constexpr int kMmaRowsPerWarp = 16;
 constexpr int kMmaBlockRows = kWarps * kMmaRowsPerWarp;
 constexpr int kMmaChunk = 32;  // elements of K per lane group and step
 constexpr int kMmaPad = 32;    // extra elements per staged row of x: rows 64 bytes apart in banks, no conflict
 
-template <class T, int MT>
+// W's 16 int8 values as two 16-byte vectors of T (8 each, in order): exact, through the float trick of to_floats.
+template <class T>
+__device__ __forceinline__ void widen_int8(const uint4& raw, uint4 (&out)[2]) {
+  float f[16];
+  to_floats<int8_t, 16>(raw, f);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float half[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) half[i] = f[8 * h + i];
+    out[h] = cuda::pack16<T>(half);
+  }
+}
+
+template <class T, int MT, class W = T>
 __global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
   static_assert(MT == 8 || MT == 16, "one or two n8 tiles of x rows");
   constexpr int kTiles = MT / 8;
+  constexpr bool kInt8 = std::is_same_v<W, int8_t>;
+  constexpr int kLaneElems = 16 / sizeof(W);  // elements of W per lane per step: 8 (16-bit), 16 (int8)
   extern __shared__ __align__(16) unsigned char smem[];
   T* xs = reinterpret_cast<T*>(smem);
   const int xs_stride = a.tile_k + kMmaPad;
@@ -334,31 +355,42 @@ __global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
   const int part = part_of_block(a);
   const int64_t N = a.rows[part], tile = int64_t(blockIdx.x) - a.tile_first[part];
   const int64_t n0 = (tile * kWarps + warp) * kMmaRowsPerWarp;  // the warp's first row of the part's W
-  const T* w = static_cast<const T*>(a.w[part]);
-  const T* wrow[2];  // rows g and g + 8; rows past N read the last row again and are not written
+  const W* w = static_cast<const W*>(a.w[part]);
+  const W* wrow[2];  // rows g and g + 8; rows past N read the last row again and are not written
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t n = n0 + g + 8 * h;
-    wrow[h] = w + (n < N ? n : N - 1) * a.w_stride[part] + 8 * q;
+    wrow[h] = w + (n < N ? n : N - 1) * a.w_stride[part] + kLaneElems * q;
   }
 
-  constexpr int kStride = kMmaChunk;  // elements of a row the warp covers per step
-  if (n0 < N)                         // the first steps' lines of W into L2 while the kernel ahead drains (as in gemv)
+  constexpr int kStride = 4 * kLaneElems;  // elements of a row the warp covers per step (kMmaChunk for 16-bit W)
+  if (n0 < N)  // the first steps' lines of W into L2 while the kernel ahead drains (as in gemv)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        if (k_begin + 8 * q + u * kStride < k_end) cuda::prefetch_l2(wrow[h] + k_begin + u * kStride);
+        if (k_begin + kLaneElems * q + u * kStride < k_end) cuda::prefetch_l2(wrow[h] + k_begin + u * kStride);
   cuda::grid_dependency_wait();
 
   float acc[kTiles][4] = {};
-  auto step = [&](const uint4(&wv)[2], const T* xk) {
+  auto step16 = [&](const uint4(&wv)[2], const T* xk) {  // 8 elements of K of rows g and g + 8, as T
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const uint4 xv = *reinterpret_cast<const uint4*>(xk + (8 * j + g) * xs_stride);
       const uint32_t lo[4] = {wv[0].x, wv[1].x, wv[0].y, wv[1].y}, hi[4] = {wv[0].z, wv[1].z, wv[0].w, wv[1].w};
       cuda::mma_16816<T>(acc[j], lo, xv.x, xv.y);
       cuda::mma_16816<T>(acc[j], hi, xv.z, xv.w);
+    }
+  };
+  auto step = [&](const uint4(&wv)[2], const T* xk) {
+    if constexpr (kInt8) {
+      uint4 wide[2][2];  // [row g, g + 8][first, second 8 elements]
+#pragma unroll
+      for (int h = 0; h < 2; ++h) widen_int8<T>(wv[h], wide[h]);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) step16({wide[0][e], wide[1][e]}, xk + 8 * e);
+    } else {
+      step16(wv, xk);
     }
   };
   for (int64_t t0 = k_begin; t0 < k_end; t0 += a.tile_k) {
@@ -377,7 +409,7 @@ __global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
     }
     __syncthreads();
     if (n0 >= N) continue;  // a warp past the last row still stages x with the others
-    const T* xq = xs + 8 * q;
+    const T* xq = xs + kLaneElems * q;
     int c = 0;
     for (; c + kUnroll * kStride <= len; c += kUnroll * kStride) {
       uint4 wv[kUnroll][2];
@@ -388,9 +420,9 @@ __global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) step(wv[u], xq + c + u * kStride);
     }
-    for (; c < len; c += kStride) {  // len is a multiple of 8: a lane's 8 elements are all in or all out
+    for (; c < len; c += kStride) {  // len is a multiple of kLaneElems: a lane's elements are all in or all out
       uint4 wv[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-      if (c + 8 * q < len)
+      if (c + kLaneElems * q < len)
 #pragma unroll
         for (int h = 0; h < 2; ++h) wv[h] = cuda::load_stream16(wrow[h] + t0 + c);
       step(wv, xq + c);
@@ -408,13 +440,13 @@ __global__ void __launch_bounds__(kThreads) gemv_mma(const Args a) {
   if (gridDim.y == 1) {
     if (n0 < N)
       each([&](int r, int m, float s) {
-        if (n0 + r < N && m0 + m < a.M) write_y<T, T>(a, part, m0 + m, n0 + r, s);
+        if (n0 + r < N && m0 + m < a.M) write_y<T, W>(a, part, m0 + m, n0 + r, s);
       });
     return;
   }
   __shared__ float shares[kMmaBlockRows * MT];  // [row of W in the block][row of x]
   if (n0 < N) each([&](int r, int m, float s) { shares[(warp * kMmaRowsPerWarp + r) * MT + m] = s; });
-  add_cluster_shares<T, T, kMmaBlockRows, MT>(a, part, tile, m0, N, shares);
+  add_cluster_shares<T, W, kMmaBlockRows, MT>(a, part, tile, m0, N, shares);
 }
 
 }  // namespace tigon::gemv::kern

@@ -177,11 +177,14 @@ TEST_P(GemvInt8Cuda, MatchesReference) {
 }
 
 const GCase kGemvShapes[] = {
-    GCase{DType::kBFloat16, 1, 14336, 4096, 0, true},  // the decode shape: no split
-    GCase{DType::kBFloat16, 1, 4096, 4096, 0, false},  // split K, scaled combine
-    GCase{DType::kFloat16, 16, 517, 2064, 0, true},    // 16 rows of x: tiles of K in shared memory
-    GCase{DType::kBFloat16, 5, 300, 264, 0, false},    // K % 16 == 8: element-wise kernel
-    GCase{DType::kBFloat16, 3, 129, 512, 3, true},     // unaligned rows of x: element-wise kernel
+    GCase{DType::kBFloat16, 1, 14336, 4096, 0, true},   // the decode shape: no split
+    GCase{DType::kBFloat16, 1, 4096, 4096, 0, false},   // split K, scaled combine
+    GCase{DType::kFloat16, 16, 517, 2064, 0, true},     // 16 rows of x: tensor cores, two n8 tiles
+    GCase{DType::kBFloat16, 3, 4096, 4096, 0, true},    // 3 rows: tensor cores from here, split K in clusters
+    GCase{DType::kBFloat16, 8, 14336, 4096, 0, false},  // a decode batch of 8
+    GCase{DType::kFloat16, 4, 200, 1040, 0, false},     // K % 64 == 16: the last step's lanes partly out
+    GCase{DType::kBFloat16, 5, 300, 264, 0, false},     // K % 16 == 8: element-wise kernel
+    GCase{DType::kBFloat16, 3, 129, 512, 3, true},      // unaligned rows of x: element-wise kernel
     GCase{DType::kFloat32, 4, 100, 784, 0, true},
     GCase{DType::kBFloat16, 17, 64, 1024, 0, false},  // 17 rows: a second block of rows
 };
