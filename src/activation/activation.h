@@ -9,10 +9,11 @@
 
 namespace tigon::activation {
 
-// y = act(x) (+ residual), rounded once. y may be exactly x.
+// y = act(x (+ bias)) (+ residual), rounded once. y may be exactly x.
 struct FwdProblem {
   RowMatrix x, y;
-  RowMatrix residual;  // data nullptr: none (the C API of this family has none; linear + activation adds one)
+  const void* bias = nullptr;  // [x.cols] of x's dtype, CUDA path only (linear + activation after a bare GEMM)
+  RowMatrix residual;          // data nullptr: none (the C API of this family has none; linear + activation adds one)
   int activation = TIGON_ACT_NONE;
 };
 

@@ -68,9 +68,9 @@ void bwd_act(const BwdArgs& a, const Launch& l, cudaStream_t s) {
 }  // namespace
 
 void fwd_cuda(const FwdProblem& p, void* stream) {
-  const FwdArgs a{p.x.data,       p.residual.data,       p.y.data,      p.x.rows, p.x.cols,
-                  p.x.row_stride, p.residual.row_stride, p.y.row_stride};
-  const Launch l = row_launch(p.x, vectorizable({&p.x, &p.y, &p.residual}));
+  const FwdArgs a{p.x.data, p.bias,         p.residual.data,       p.y.data,      p.x.rows,
+                  p.x.cols, p.x.row_stride, p.residual.row_stride, p.y.row_stride};
+  const Launch l = row_launch(p.x, vectorizable({&p.x, &p.y, &p.residual}) && (!p.bias || cuda::aligned16(p.bias)));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   TIGON_SWITCH_FLOAT(p.x.dtype, T, TIGON_SWITCH_ACT(p.activation, fwd_act, T, a, l, s));
   TIGON_CUDA_CHECK_LAUNCH();

@@ -2,7 +2,8 @@
 // row, rows per block); each thread handles V consecutive elements of a row (V = 16 bytes of T when every pointer and
 // row stride allows it, else 1) and walks rows with a grid stride, so any number of rows fits the grid's y limit.
 // Every element is read before it is written, which makes exact aliases (in place) safe.
-//  - act_fwd_kernel: y = act(x) (+ residual), one rounding (linear + activation's SiLU / GELU-erf / residual step).
+//  - act_fwd_kernel: y = act(x (+ bias)) (+ residual), one rounding (linear + activation's SiLU / GELU-erf / residual
+//    step; the bias per column when the GEMM before it ran bare).
 //  - act_bwd_kernel: dx = dy * act'(saved), one rounding; with Sum, also the column sums of the rounded dx over the
 //    block's rows (blockDim must then be (32, kSumRows)), written as one fp32 partial row per blockIdx.y: linear +
 //    activation's bias gradient, finished by common/column_sum in a fixed order (deterministic).
@@ -18,6 +19,7 @@ namespace tigon::activation {
 
 struct FwdArgs {
   const void* x;
+  const void* bias;      // [cols], added before the activation; nullptr: none
   const void* residual;  // nullptr: none
   void* y;
   int64_t rows, cols, x_stride, r_stride, y_stride;
@@ -42,6 +44,8 @@ __global__ void act_fwd_kernel(FwdArgs p) {
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (col >= p.cols) return;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
+  float b[V];  // a thread's columns are the same on every row it walks: their bias is read once
+  if (p.bias) load_vec<T, V>(static_cast<const T*>(p.bias) + col, b);
   for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < p.rows; row += row_step) {
     float x[V], y[V], r[V];
     const T* xp = static_cast<const T*>(p.x) + row * p.x_stride + col;
@@ -49,6 +53,9 @@ __global__ void act_fwd_kernel(FwdArgs p) {
       cuda::load_vecs<T, V>(xp, x, static_cast<const T*>(p.residual) + row * p.r_stride + col, r);
     else
       load_vec<T, V>(xp, x);
+    if (p.bias)
+#pragma unroll
+      for (int j = 0; j < V; ++j) x[j] += b[j];
 #pragma unroll
     for (int j = 0; j < V; ++j) y[j] = cuda::act_fwd<Act>(x[j]);
     if constexpr (Residual) {
