@@ -3,7 +3,7 @@ the model's own parameters, the layer stack replayed from a CUDA graph per (batc
 
 Per layer: the Q, K and V projections as one F.linear over a stacked copy of their weights (3 x hidden^2 per layer,
 made on first use and again when the weights move), attention through SDPA
-with the padding mask (tigon.ops.flash_attention on sm_90 in a 16-bit dtype when nothing is masked), the attention
+with the padding mask (tigon.ops.flash_attention on sm_90 in a 16-bit dtype when no mask is given), the attention
 output projection with the residual added in tigon.ops.linear_act and tigon.ops.layer_norm after it, the intermediate
 projection and its activation as one linear_act, the output projection with the residual, and layer_norm again.
 The embeddings and the pooler are the model's own modules, in the graph too (over the bucket's shape): at a batch of
@@ -303,7 +303,10 @@ def make_encoder_forward(runner: EncoderRunner, original):
                 )
             return original(*args, **kwargs)
         ids, mask, positions = named["input_ids"], named.get("attention_mask"), named.get("position_ids")
-        valid = None if mask is None or bool(mask.all()) else mask.bool()
+        # A given mask takes the masked graph (SDPA with the mask), even when it is all ones: finding that out would
+        # be a host sync per call, which stops the host from queueing the next call while the GPU runs this one (as
+        # torch.compile does, the mask's values stay on the GPU). Without a mask, full buckets run flash attention.
+        valid = None if mask is None else mask.bool()
         types = None if distil else named.get("token_type_ids")
         last, pooled = runner.encode(ids, types, positions, valid, embed, pool)
         if distil:
