@@ -512,35 +512,37 @@ def _grpo_call(x, w, t, b, rx, rw):
     )
 
 
-def _loss_and_grads(call, batch):
-    x, w, t, b = make(batch, bias=True)
+def _loss_and_grads(call, batch, bias=True):
+    x, w, t, b = make(batch, bias=bias)
     rx, rw, _ = ref_model(batch)
-    leaves = [v.clone().requires_grad_(True) for v in (x, w, b)]
-    loss, aux = call(*leaves[:2], t, leaves[2], rx, rw)
+    leaves = [v.clone().requires_grad_(True) for v in (x, w, b) if v is not None]
+    loss, aux = call(*leaves[:2], t, leaves[2] if bias else None, rx, rw)
     return loss, aux, torch.autograd.grad(loss * 1.3, leaves)
 
 
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("call, batch", [(_dpo_call, 2 * P), (_grpo_call, B)], ids=["dpo", "grpo"])
-def test_gradient_made_in_the_forward_matches_autograd(monkeypatch, call, batch):
+def test_gradient_made_in_the_forward_matches_autograd(monkeypatch, call, batch, bias):
     """The policy's gradient made in the forward (one logits GEMM per chunk) against autograd through the op's
     backward, chunked one group at a time and several groups a chunk; the policy never goes through
-    selective_log_probs (only the reference does, without a gradient)."""
+    selective_log_probs (only the reference does, without a gradient). With a bias the logits are scaled per token in
+    place (db sums them); without one the scale goes onto the hidden-sized operands."""
     from tigon.losses import _in_forward
 
     calls = []
     real = _in_forward.selective_log_probs
     monkeypatch.setattr(_in_forward, "selective_log_probs", lambda *a, **k: calls.append(1) or real(*a, **k))
-    loss, aux, grads = _loss_and_grads(call, batch)
+    loss, aux, grads = _loss_and_grads(call, batch, bias)
     assert type(loss.grad_fn).__name__ == "_PrecomputedLossBackward" and not calls
     row_bytes = T * V * 4
     for budget in (1, 2 * row_bytes):  # every group in a chunk of its own; two sequences a chunk
         monkeypatch.setattr(_in_forward, "DEFAULT_BUDGET", budget)
-        loss_c, aux_c, grads_c = _loss_and_grads(call, batch)
+        loss_c, aux_c, grads_c = _loss_and_grads(call, batch, bias)
         torch.testing.assert_close(loss_c, loss)
         for a, c in zip((*aux, *grads), (*aux_c, *grads_c)):
             torch.testing.assert_close(c, a)
     monkeypatch.setattr(_in_forward, "in_forward_applies", lambda *a: False)
-    loss_a, aux_a, grads_a = _loss_and_grads(call, batch)
+    loss_a, aux_a, grads_a = _loss_and_grads(call, batch, bias)
     assert calls, "the autograd path was not taken"
     torch.testing.assert_close(loss_a, loss)
     for a, c in zip((*aux, *grads), (*aux_a, *grads_a)):

@@ -7,7 +7,8 @@ chunk and the backward recomputes each chunk's logits to apply the per-token ups
 twice, five GEMMs over the vocabulary per step with a reference model where four suffice. Here every chunk holds
 whole groups of sequences over which the loss separates (a chosen / rejected pair, or single completions), so once a
 chunk's p are known, so is the loss's gradient on them: the chunk's logits become their cross-entropy gradient in
-place (Tigon's cross entropy), are scaled per token, and give dX and dW (and db) at once through cuBLAS. The loss's
+place (Tigon's cross entropy) and give dX and dW (and db) at once through cuBLAS, the per-token scale applied to the
+hidden-sized operands and results rather than to the logits. The loss's
 backward only scales those gradients by its grad_output.
 
 The loss's gradient on a group is taken by autograd on [B, T] values: the loss evaluated with that chunk's rows set
@@ -109,12 +110,21 @@ def _run(x, weight, bias, target, ignore_index, temperature, groups, loss_of, bu
                 (g,) = torch.autograd.grad(trial_loss, trial, allow_unused=True)
         if g is None:
             g = torch.zeros_like(trial)
-        logits.mul_(-g.index_select(0, rows).reshape(-1, 1))  # d loss / d logits = -(d loss / d p) (softmax - onehot)
+        # d loss / d logits = diag(s) (softmax - onehot), s = -(d loss / d p) per token. The rows' scale goes onto the
+        # [tokens, hidden] operands and results instead of the [tokens, vocabulary] logits, sparing a read and a write
+        # of the logits per chunk: dX = diag(s) (G W), dW = Gᵀ (diag(s) xc). With a bias, db = Gᵀ s needs the scaled
+        # logits anyway (a column sum), so they are scaled in place then.
+        s = -g.index_select(0, rows).reshape(-1, 1)
+        if need_db:
+            logits.mul_(s)
+            s = None
         if need_dx:
             dxc = logits @ w
-            dx.index_copy_(0, rows, (dxc if temperature == 1.0 else dxc / temperature).view(len(chunk), length, hidden))
-        if need_dw:
-            dw.addmm_(logits.T, xc)  # xc carries the 1 / temperature already
+            if s is not None or temperature != 1.0:
+                dxc = (dxc.float() * ((1.0 if s is None else s) / temperature)).to(dxc.dtype)
+            dx.index_copy_(0, rows, dxc.view(len(chunk), length, hidden))
+        if need_dw:  # xc carries the 1 / temperature already
+            dw.addmm_(logits.T, xc if s is None else (xc.float() * s).to(xc.dtype))
         if need_db:
             db.add_(logits.sum(0, dtype=torch.float32), alpha=1.0 / temperature)
         del logits
