@@ -190,9 +190,11 @@ class EncoderRunner:
         if buf is None:
             buf = self.buffers[key] = self._bucket_buffers(bb, tb, ids.device, pool is not None)
         buf["ids"][:b, :t].copy_(ids)
-        if types is not None or buf["typed"]:  # types given now, or left over from the last call: zeros when None
-            buf["types"][:b, :t].copy_(types) if types is not None else buf["types"].zero_()
-            buf["typed"] = types is not None
+        if types is not None:
+            buf["types"][:b, :t].copy_(types)
+        elif buf["typed"]:  # left over from the last call: zeros, as when none are given
+            buf["types"].zero_()
+        buf["typed"] = types is not None
         if positions is not None:
             buf["positions"][:b, :t].copy_(positions)
         mask = buf["mask"]

@@ -66,9 +66,9 @@ class CallGraphs:
 
     def __init__(self, fn: Callable, state: list[torch.Tensor], limit: int = 16) -> None:
         self.fn, self.state, self.limit = fn, state, limit
-        self.graphs: dict = {}
+        self.graphs: dict = {}  # signature -> (static x, {"out": the static outputs})
         self.failed: str | None = None  # why capture is off: every call then runs eagerly
-        self._pool = None
+        self._steps: StepGraphs | None = None  # the capture and replay, made on the first CUDA call
         self._ptrs = self._state_ptrs()
 
     def _state_ptrs(self) -> list[int]:
@@ -83,39 +83,30 @@ class CallGraphs:
         if entry is None:
             if self.failed is not None or len(self.graphs) >= self.limit:
                 return self.fn(x)
-            entry = self._capture(key, x)
-            if entry is None:
-                return self.fn(x)
-        static_x, graph, static_out = entry
+            entry = (torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=key[3]), {})
+        static_x, held = entry
         static_x.copy_(x)
-        graph.replay()
-        return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, static_out)
 
-    def _capture(self, key, x: torch.Tensor):
-        static_x = torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=key[3])
-        static_x.copy_(x)
-        current = torch.cuda.current_stream(x.device)
-        side = torch.cuda.Stream(x.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            self.fn(static_x)  # warm-up, as capture requires: cuBLAS handles, lazily loaded kernels
-        current.wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, pool=self._pool):
-                static_out = self.fn(static_x)
-        except RuntimeError as e:  # a host sync or another uncapturable step in the model's forward
-            self.failed = str(e).splitlines()[0]
-            warnings.warn(
-                f"tigon.inference: the forward could not be captured in a CUDA graph ({self.failed}); "
-                "running it eagerly",
-                stacklevel=4,
-            )
-            return None
-        self.graphs[key] = (static_x, graph, static_out)
-        return self.graphs[key]
+        def step():
+            held["out"] = self.fn(static_x)
+
+        if key not in self.graphs:
+            self._steps = self._steps or StepGraphs(x.device)
+            try:
+                self._steps.run(key, step)  # a warm-up run, then the capture, which runs nothing
+            except RuntimeError as e:  # a host sync or another uncapturable step in the model's forward
+                self.failed = str(e).splitlines()[0]
+                warnings.warn(
+                    f"tigon.inference: the forward could not be captured in a CUDA graph ({self.failed}); "
+                    "running it eagerly",
+                    stacklevel=4,
+                )
+                return self.fn(x)
+            self.graphs[key] = entry
+        self._steps.run(key, step)  # a replay
+        return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, held["out"])
 
     def clear(self) -> None:
         self.graphs.clear()
+        if self._steps is not None:
+            self._steps.clear()

@@ -120,11 +120,11 @@ def _run(x, weight, bias, target, ignore_index, temperature, groups, loss_of, bu
             s = None
         if need_dx:
             dxc = logits @ w
-            if s is not None or temperature != 1.0:
-                dxc = (dxc.float() * ((1.0 if s is None else s) / temperature)).to(dxc.dtype)
+            if s is not None or temperature != 1.0:  # in place, in fp32 and rounded once
+                dxc.mul_((1.0 if s is None else s) / temperature)
             dx.index_copy_(0, rows, dxc.view(len(chunk), length, hidden))
-        if need_dw:  # xc carries the 1 / temperature already
-            dw.addmm_(logits.T, xc if s is None else (xc.float() * s).to(xc.dtype))
+        if need_dw:  # xc (this chunk's own copy of its rows) carries the 1 / temperature already
+            dw.addmm_(logits.T, xc if s is None else xc.mul_(s))
         if need_db:
             db.add_(logits.sum(0, dtype=torch.float32), alpha=1.0 / temperature)
         del logits
