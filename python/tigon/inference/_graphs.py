@@ -47,7 +47,11 @@ class StepGraphs:
         self.graphs[key] = graph
 
     def clear(self) -> None:
+        """Drops every graph. The next capture takes a new pool: once the last graph of a pool is gone, torch refuses
+        that pool's id for another capture while any tensor it allocated (a static output still held) is alive."""
         self.graphs.clear()
+        if self.enabled:
+            self._pool = torch.cuda.graph_pool_handle()
 
 
 def _memory_format(x: torch.Tensor) -> torch.memory_format:
