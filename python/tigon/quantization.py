@@ -29,9 +29,10 @@ from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 __all__ = ["Int8Linear", "quantize", "dequantize", "quantize_weight", "perplexity"]
 
 MODES = ("w8a8", "weight_only")
-# weight_only: rows of input up to which the int8 GEMV runs. Its kernel reads x in 16-byte loads only at one or two
-# rows; at 8 rows it took 5x the bf16 GEMV's time (docs/performance/int8.md), more than dequantizing and a matmul.
-GEMV_MAX_ROWS = 2
+# weight_only: rows of input up to which the int8 GEMV runs (from 3 rows on tensor cores, the weight widened in
+# registers): at 8 x 4096 -> 14336 it takes 0.81x torch's bf16 matmul (docs/performance/int8.md); past 8 rows, which
+# were not measured, the weight is dequantized for a matmul.
+GEMV_MAX_ROWS = 8
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
