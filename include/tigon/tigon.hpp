@@ -462,10 +462,18 @@ inline void linear_act_bwd(const TensorView& dy, const TensorView& x, const Tens
                              detail::opt(dw), detail::opt(db), params, workspace, workspace_bytes, stream));
 }
 
+inline size_t conv2d_fwd_workspace_size(const TensorView& x, const TensorView& weight, const TensorView* bias,
+                                        const TensorView* residual, const TensorView& y, tigon_conv2d_params params) {
+  size_t bytes = 0;
+  check(tigon_conv2d_fwd_workspace_size(x, weight, detail::opt(bias), detail::opt(residual), y, params, &bytes));
+  return bytes;
+}
+
 inline void conv2d_fwd(const TensorView& x, const TensorView& weight, const TensorView* bias,
                        const TensorView* residual, const TensorView& y, tigon_conv2d_params params,
-                       void* stream = nullptr) {
-  check(tigon_conv2d_fwd(x, weight, detail::opt(bias), detail::opt(residual), y, params, stream));
+                       void* workspace = nullptr, size_t workspace_bytes = 0, void* stream = nullptr) {
+  check(tigon_conv2d_fwd(x, weight, detail::opt(bias), detail::opt(residual), y, params, workspace, workspace_bytes,
+                         stream));
 }
 
 }  // namespace tigon

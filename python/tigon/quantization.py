@@ -30,7 +30,7 @@ __all__ = ["Int8Linear", "quantize", "dequantize", "quantize_weight", "perplexit
 
 MODES = ("w8a8", "weight_only")
 # weight_only: rows of input up to which the int8 GEMV runs (from 3 rows on tensor cores, the weight widened in
-# registers): at 8 x 4096 -> 14336 it takes 0.81x torch's bf16 matmul (docs/performance/int8.md); past 8 rows, which
+# registers): at 8 x 4096 -> 14336 it takes 0.78x torch's bf16 matmul (docs/performance/int8.md); past 8 rows, which
 # were not measured, the weight is dequantized for a matmul.
 GEMV_MAX_ROWS = 8
 

@@ -25,7 +25,9 @@ struct Problem {
 };
 
 void fwd_cpu(const Problem& p);
-void fwd_cuda(const Problem& p, int device, void* stream);
+// workspace: at least fwd_cuda_workspace(p, device) bytes (cuDNN's engine may need some; the other paths none)
+void fwd_cuda(const Problem& p, int device, void* workspace, size_t workspace_bytes, void* stream);
+size_t fwd_cuda_workspace(const Problem& p, int device);
 
 // A 1 x 1, unit-stride, unpadded convolution in 16 bits whose tensors TMA takes is a GEMM over the channels
 // (conv2d_1x1.cu); fwd_cuda runs those through the library's sm_90 epilogue GEMM.
@@ -33,7 +35,9 @@ bool is_gemm(const Problem& p);
 void fwd_gemm_cuda(const Problem& p, int device, void* stream);
 
 // The other problems through cuDNN's fused graph when cuDNN is loadable and has an engine for the problem
-// (conv2d_cudnn.cpp); false: not run, the CUTLASS implicit GEMM takes it.
-bool fwd_cudnn(const Problem& p, int device, void* stream);
+// (conv2d_cudnn.cpp); false: not run, the CUTLASS implicit GEMM takes it. cudnn_workspace: the bytes that problem's
+// cuDNN plan needs (0 where cuDNN does not take it); building the plan on first use.
+bool fwd_cudnn(const Problem& p, int device, void* workspace, size_t workspace_bytes, void* stream);
+size_t cudnn_workspace(const Problem& p, int device);
 
 }  // namespace tigon::conv2d

@@ -89,13 +89,25 @@ using namespace tigon::conv2d;
 
 extern "C" {
 
+tigon_status_t tigon_conv2d_fwd_workspace_size(const tigon_tensor* x, const tigon_tensor* weight,
+                                               const tigon_tensor* bias, const tigon_tensor* residual,
+                                               const tigon_tensor* y, tigon_conv2d_params params, size_t* bytes) {
+  return api_guard("tigon_conv2d_fwd_workspace_size", [&] {
+    if (!bytes) fail_arg("bytes", "must not be NULL");
+    *bytes = 0;
+    const Problem p = problem_of(x, weight, bias, residual, y, params);
+    if (is_cuda(*x)) TIGON_ON_CUDA(*x, *bytes = fwd_cuda_workspace(p, x->device.device_id));
+  });
+}
+
 tigon_status_t tigon_conv2d_fwd(const tigon_tensor* x, const tigon_tensor* weight, const tigon_tensor* bias,
                                 const tigon_tensor* residual, const tigon_tensor* y, tigon_conv2d_params params,
+                                [[maybe_unused]] void* workspace, [[maybe_unused]] size_t workspace_bytes,
                                 [[maybe_unused]] void* stream) {
   return api_guard("tigon_conv2d_fwd", [&] {
     const Problem p = problem_of(x, weight, bias, residual, y, params);
     if (is_cuda(*x)) {
-      TIGON_ON_CUDA(*x, fwd_cuda(p, x->device.device_id, stream));
+      TIGON_ON_CUDA(*x, fwd_cuda(p, x->device.device_id, workspace, workspace_bytes, stream));
     } else {
       fwd_cpu(p);
     }

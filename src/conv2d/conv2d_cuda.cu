@@ -57,7 +57,11 @@ void run_act(const Problem& p, int device, cudaStream_t stream) {
 
 }  // namespace
 
-void fwd_cuda(const Problem& p, int device, void* stream) {
+size_t fwd_cuda_workspace(const Problem& p, int device) {
+  return p.c % 8 == 0 && p.k % 8 == 0 && !is_gemm(p) ? cudnn_workspace(p, device) : 0;
+}
+
+void fwd_cuda(const Problem& p, int device, void* workspace, size_t workspace_bytes, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   if (p.c % 8 != 0) fail_arg("x", "has ", p.c, " channels; the CUDA convolution needs a multiple of 8");
   if (p.k % 8 != 0) fail_arg("weight", "has ", p.k, " output channels; the CUDA convolution needs a multiple of 8");
@@ -69,7 +73,7 @@ void fwd_cuda(const Problem& p, int device, void* stream) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       fail_arg("x", "and the other tensors must start at 16-byte aligned addresses for the CUDA convolution");
   if (is_gemm(p)) return fwd_gemm_cuda(p, device, stream);
-  if (fwd_cudnn(p, device, stream)) return;
+  if (fwd_cudnn(p, device, workspace, workspace_bytes, stream)) return;
   switch (p.dtype) {
     case DType::kBFloat16: run_act<cutlass::bfloat16_t>(p, device, st); break;
     case DType::kFloat16: run_act<cutlass::half_t>(p, device, st); break;

@@ -6,9 +6,12 @@
 //
 // cuDNN is loaded at run time (dlopen), never linked: the library stays loadable without it, and where it is absent,
 // or finds no engine for a problem, the convolution runs on the CUTLASS kernel. One plan per problem, built on its
-// first call (heuristics mode A, its first engine configuration that needs no workspace and keeps the inputs'
-// precision) and kept for the process. Building is host work only; execution is one asynchronous call on the caller's
-// stream, so replays in CUDA graphs work once a shape has been seen outside a capture.
+// first call or workspace query (heuristics mode A, its first engine configuration that keeps the inputs' precision
+// and needs at most kMaxWorkspace bytes of workspace, which the caller passes) and kept for the process. The
+// workspace matters: on ResNet-50's first 3 x 3 layer the first configuration that needs none ran 1.24x the bare
+// convolution's time, the first one overall 1.01x (docs/performance/conv2d.md). Building is host work only; execution
+// is one asynchronous call on the caller's stream, so replays in CUDA graphs work once a shape has been seen outside a
+// capture.
 #include "conv2d/conv2d.h"
 
 #if defined(TIGON_WITH_CUDNN)
@@ -148,9 +151,13 @@ bool keeps_precision(Descriptors& ds, cudnnBackendDescriptor_t config) {
   return true;
 }
 
+// More than any configuration of the measured layers asked for; a larger one is passed over for the next
+constexpr int64_t kMaxWorkspace = int64_t(256) << 20;
+
 struct Plan {
   Descriptors descriptors;
   cudnnBackendDescriptor_t plan = nullptr;
+  int64_t workspace = 0;      // bytes
   std::vector<int64_t> uids;  // the tensors a call passes, in this order: x, w, y [, bias] [, residual]
 };
 
@@ -226,8 +233,9 @@ std::unique_ptr<Plan> build(cudnnHandle_t handle, const Problem& p) {
     if (cudnn().finalize(plan) == CUDNN_STATUS_SUCCESS &&
         cudnn().get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &workspace) ==
             CUDNN_STATUS_SUCCESS &&
-        workspace == 0) {  // the C API passes no workspace
+        workspace >= 0 && workspace <= kMaxWorkspace) {
       out->plan = plan;
+      out->workspace = workspace;
       return out;
     }
   }
@@ -248,17 +256,15 @@ Cache& cache() {
   return *c;
 }
 
-}  // namespace
-
-bool fwd_cudnn(const Problem& p, int device, void* stream) {
-  if (!cudnn().ok || (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)) return false;
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);  // a handle takes one stream at a time
+// The problem's plan, built on first use; nullptr where cuDNN does not take it. The caller holds c.mutex.
+const Plan* plan_for(Cache& c, const Problem& p, int device, cudnnHandle_t* handle_out) {
+  if (!cudnn().ok || (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)) return nullptr;
   cudnnHandle_t& handle = c.handles[device];
   if (!handle && cudnn().create(&handle) != CUDNN_STATUS_SUCCESS) {
     handle = nullptr;
-    return false;
+    return nullptr;
   }
+  *handle_out = handle;
   const Key key{device,      int(p.dtype),
                 p.n,         p.c,
                 p.h,         p.w,
@@ -276,15 +282,34 @@ bool fwd_cudnn(const Problem& p, int device, void* stream) {
     }
     found = c.plans.emplace(key, std::move(plan)).first;
   }
-  const Plan* plan = found->second.get();
+  return found->second.get();
+}
+
+}  // namespace
+
+size_t cudnn_workspace(const Problem& p, int device) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  cudnnHandle_t handle = nullptr;
+  const Plan* plan = plan_for(c, p, device, &handle);
+  return plan ? size_t(plan->workspace) : 0;
+}
+
+bool fwd_cudnn(const Problem& p, int device, void* workspace, size_t workspace_bytes, void* stream) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);  // a handle takes one stream at a time
+  cudnnHandle_t handle = nullptr;
+  const Plan* plan = plan_for(c, p, device, &handle);
   if (!plan) return false;
+  if (workspace_bytes < size_t(plan->workspace) || (plan->workspace > 0 && !workspace))
+    fail_arg("workspace", "has ", workspace_bytes, " bytes; this convolution needs ", plan->workspace,
+             " bytes (tigon_conv2d_fwd_workspace_size)");
 
   std::vector<void*> pointers = {const_cast<void*>(p.x), const_cast<void*>(p.weight), p.y};
   if (p.bias) pointers.push_back(const_cast<void*>(p.bias));
   if (p.residual) pointers.push_back(const_cast<void*>(p.residual));
   Descriptors call;  // the variant pack: this call's pointers
   cudnnBackendDescriptor_t pack = nullptr;
-  void* workspace = nullptr;
   try {
     pack = call.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(plan->uids.size()), plan->uids.data());
@@ -306,7 +331,8 @@ bool fwd_cudnn(const Problem& p, int device, void* stream) {
 #else  // built without cuDNN's headers: the CUTLASS kernel runs every convolution
 
 namespace tigon::conv2d {
-bool fwd_cudnn(const Problem&, int, void*) { return false; }
+bool fwd_cudnn(const Problem&, int, void*, size_t, void*) { return false; }
+size_t cudnn_workspace(const Problem&, int) { return 0; }
 }  // namespace tigon::conv2d
 
 #endif

@@ -33,7 +33,7 @@ TEST(Conv2dReference, MatchesNaiveLoops) {
   const tigon::TensorView bv(bias.bytes.data(), {k}, to_dl(DType::kFloat32));
   const tigon_conv2d_params prm{sh, sw, ph, pw, dh, dw, TIGON_ACT_RELU};
   ASSERT_EQ(tigon_conv2d_fwd(nhwc(x, n, c, h, w), nhwc(wt, k, c, r, s), bv, nhwc(res, n, k, p, q), nhwc(y, n, k, p, q),
-                             prm, nullptr),
+                             prm, nullptr, 0, nullptr),
             TIGON_SUCCESS)
       << tigon_last_error();
   for (int64_t b = 0; b < n; ++b)
@@ -63,20 +63,29 @@ TEST(Conv2dApi, RejectsBadArguments) {
   HostMat w16(DType::kFloat16, 8 * 3 * 3, 4), wc(DType::kFloat32, 8 * 3 * 3, 2);
   const auto xv = nhwc(x, 1, 4, 5, 5), wv = nhwc(wt, 8, 4, 3, 3), yv = nhwc(y, 1, 8, 3, 3);
   const tigon_conv2d_params ok{1, 1, 0, 0, 1, 1, TIGON_ACT_NONE};
-  ASSERT_EQ(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, ok, nullptr), TIGON_SUCCESS) << tigon_last_error();
+  ASSERT_EQ(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, ok, nullptr, 0, nullptr), TIGON_SUCCESS)
+      << tigon_last_error();
   const tigon::TensorView nchw(x.bytes.data(), {1, 4, 5, 5}, to_dl(DType::kFloat32));  // row-major strides
-  expect_error(tigon_conv2d_fwd(nchw, wv, nullptr, nullptr, yv, ok, nullptr), "x");
-  expect_error(tigon_conv2d_fwd(nullptr, wv, nullptr, nullptr, yv, ok, nullptr), "x");
-  expect_error(tigon_conv2d_fwd(xv, nhwc(w16, 8, 4, 3, 3), nullptr, nullptr, yv, ok, nullptr), "weight");
-  expect_error(tigon_conv2d_fwd(xv, nhwc(wc, 8, 2, 3, 3), nullptr, nullptr, yv, ok, nullptr), "weight");
-  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, nhwc(y, 1, 8, 9, 1), ok, nullptr), "y");
-  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {0, 1, 0, 0, 1, 1, 0}, nullptr), "params.stride_h");
-  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {1, 1, -1, 0, 1, 1, 0}, nullptr), "params.pad_h");
-  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {1, 1, 0, 0, 1, 0, 0}, nullptr), "params.dilation_h");
-  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {1, 1, 0, 0, 1, 1, TIGON_ACT_SILU}, nullptr),
+  expect_error(tigon_conv2d_fwd(nchw, wv, nullptr, nullptr, yv, ok, nullptr, 0, nullptr), "x");
+  expect_error(tigon_conv2d_fwd(nullptr, wv, nullptr, nullptr, yv, ok, nullptr, 0, nullptr), "x");
+  expect_error(tigon_conv2d_fwd(xv, nhwc(w16, 8, 4, 3, 3), nullptr, nullptr, yv, ok, nullptr, 0, nullptr), "weight");
+  expect_error(tigon_conv2d_fwd(xv, nhwc(wc, 8, 2, 3, 3), nullptr, nullptr, yv, ok, nullptr, 0, nullptr), "weight");
+  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, nhwc(y, 1, 8, 9, 1), ok, nullptr, 0, nullptr), "y");
+  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {0, 1, 0, 0, 1, 1, 0}, nullptr, 0, nullptr),
+               "params.stride_h");
+  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {1, 1, -1, 0, 1, 1, 0}, nullptr, 0, nullptr),
+               "params.pad_h");
+  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {1, 1, 0, 0, 1, 0, 0}, nullptr, 0, nullptr),
+               "params.dilation_h");
+  expect_error(tigon_conv2d_fwd(xv, wv, nullptr, nullptr, yv, {1, 1, 0, 0, 1, 1, TIGON_ACT_SILU}, nullptr, 0, nullptr),
                "params.activation");
   const tigon::TensorView short_bias(y.bytes.data(), {7}, to_dl(DType::kFloat32));
-  expect_error(tigon_conv2d_fwd(xv, wv, short_bias, nullptr, yv, ok, nullptr), "bias");
+  expect_error(tigon_conv2d_fwd(xv, wv, short_bias, nullptr, yv, ok, nullptr, 0, nullptr), "bias");
+  size_t bytes = 1;
+  ASSERT_EQ(tigon_conv2d_fwd_workspace_size(xv, wv, nullptr, nullptr, yv, ok, &bytes), TIGON_SUCCESS);
+  EXPECT_EQ(bytes, 0u);  // none on the CPU
+  expect_error(tigon_conv2d_fwd_workspace_size(xv, wv, nullptr, nullptr, yv, ok, nullptr), "bytes");
+  expect_error(tigon_conv2d_fwd_workspace_size(nchw, wv, nullptr, nullptr, yv, ok, &bytes), "x");
 }
 
 }  // namespace

@@ -51,19 +51,30 @@ TEST_P(Conv2dCuda, MatchesReference) {
   ASSERT_EQ(
       tigon_conv2d_fwd(nhwc(x.data(), dt, cpu, n, c, h, w), nhwc(wt.data(), dt, cpu, k, c, r, s),
                        with_bias ? hb.get() : nullptr, residual ? nhwc(res.data(), dt, cpu, n, k, p, q).get() : nullptr,
-                       nhwc(ry.data(), dt, cpu, n, k, p, q), prm, nullptr),
+                       nhwc(ry.data(), dt, cpu, n, k, p, q), prm, nullptr, 0, nullptr),
       TIGON_SUCCESS)
       << tigon_last_error();
   DevMat gx(x), gw(wt), gb(bias), gres(res), gy(y);
   const auto gpu = tigon::cuda(0);
   const tigon::TensorView db(gb.ptr, {k}, to_dl(dt), gpu);
-  ASSERT_EQ(
-      tigon_conv2d_fwd(nhwc(gx.ptr, dt, gpu, n, c, h, w), nhwc(gw.ptr, dt, gpu, k, c, r, s),
-                       with_bias ? db.get() : nullptr, residual ? nhwc(gres.ptr, dt, gpu, n, k, p, q).get() : nullptr,
-                       nhwc(gy.ptr, dt, gpu, n, k, p, q), prm, nullptr),
-      TIGON_SUCCESS)
+  const auto gxv = nhwc(gx.ptr, dt, gpu, n, c, h, w), gwv = nhwc(gw.ptr, dt, gpu, k, c, r, s);
+  const auto gyv = nhwc(gy.ptr, dt, gpu, n, k, p, q), gresv = nhwc(gres.ptr, dt, gpu, n, k, p, q);
+  const tigon_tensor* gbias = with_bias ? db.get() : nullptr;
+  const tigon_tensor* gres_or_null = residual ? gresv.get() : nullptr;
+  size_t need = 0;
+  ASSERT_EQ(tigon_conv2d_fwd_workspace_size(gxv, gwv, gbias, gres_or_null, gyv, prm, &need), TIGON_SUCCESS)
+      << tigon_last_error();
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, need > 0 ? need : 1), cudaSuccess);
+  if (need > 0) {  // one byte short is refused, naming the workspace
+    EXPECT_EQ(tigon_conv2d_fwd(gxv, gwv, gbias, gres_or_null, gyv, prm, ws, need - 1, nullptr),
+              TIGON_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(tigon_last_error()).find("argument 'workspace'"), std::string::npos) << tigon_last_error();
+  }
+  ASSERT_EQ(tigon_conv2d_fwd(gxv, gwv, gbias, gres_or_null, gyv, prm, ws, need, nullptr), TIGON_SUCCESS)
       << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFree(ws);
   // fp32 accumulation against the reference's fp64, one rounding each: the outputs differ by about one rounding
   EXPECT_LE(worst_ratio(gy.fetch(), ry, 2 * rtol_of(dt), 2 * rtol_of(dt)), 1.0);
 }
@@ -93,10 +104,11 @@ TEST(Conv2dCudaApi, RefusesChannelsNotAMultipleOf8) {
   HostMat x(DType::kBFloat16, 4 * 4, 12), wt(DType::kBFloat16, 8 * 9, 12), y(DType::kBFloat16, 2 * 2, 8);
   DevMat gx(x), gw(wt), gy(y);
   const auto gpu = tigon::cuda(0);
-  EXPECT_EQ(tigon_conv2d_fwd(nhwc(gx.ptr, DType::kBFloat16, gpu, 1, 12, 4, 4),
-                             nhwc(gw.ptr, DType::kBFloat16, gpu, 8, 12, 3, 3), nullptr, nullptr,
-                             nhwc(gy.ptr, DType::kBFloat16, gpu, 1, 8, 2, 2), {1, 1, 0, 0, 1, 1, 0}, nullptr),
-            TIGON_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      tigon_conv2d_fwd(nhwc(gx.ptr, DType::kBFloat16, gpu, 1, 12, 4, 4),
+                       nhwc(gw.ptr, DType::kBFloat16, gpu, 8, 12, 3, 3), nullptr, nullptr,
+                       nhwc(gy.ptr, DType::kBFloat16, gpu, 1, 8, 2, 2), {1, 1, 0, 0, 1, 1, 0}, nullptr, 0, nullptr),
+      TIGON_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tigon_last_error()).find("argument 'x'"), std::string::npos) << tigon_last_error();
 }
 

@@ -24,7 +24,11 @@ class Conv2dParams(ctypes.Structure):
 
 
 _T = _lib.TENSOR_P
-_fwd = _lib.declare("tigon_conv2d_fwd", [_T] * 5 + [Conv2dParams, ctypes.c_void_p])
+_fwd_workspace_size = _lib.declare(
+    "tigon_conv2d_fwd_workspace_size", [_T] * 5 + [Conv2dParams, ctypes.POINTER(ctypes.c_size_t)]
+)
+_fwd = _lib.declare("tigon_conv2d_fwd", [_T] * 5 + [Conv2dParams, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+_workspace_bytes: dict = {}  # problem -> bytes (cuDNN's plan for it may want a workspace; it is kept for the process)
 
 
 def _out_extent(size: int, pad: int, dil: int, taps: int, stride: int) -> int:
@@ -41,7 +45,28 @@ def _fwd_impl(x, weight, bias, residual, stride: list[int], padding: list[int], 
     y = torch.empty(x.shape[0], weight.shape[0], p, q, dtype=x.dtype, device=x.device, memory_format=cl)
     params = Conv2dParams(stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], act)
     arg = _lib.tensor_arg
-    _lib.check(_fwd(arg(x), arg(weight), arg(bias), arg(residual), arg(y), params, _lib.stream_of(x)))
+    tensors = (arg(x), arg(weight), arg(bias), arg(residual), arg(y))
+    nbytes = 0
+    if x.device.type == "cuda":
+        key = (
+            x.shape,
+            weight.shape,
+            x.dtype,
+            x.device,
+            bias is None,
+            residual is None,
+            *stride,
+            *padding,
+            *dilation,
+            act,
+        )
+        nbytes = _workspace_bytes.get(key)
+        if nbytes is None:
+            size = ctypes.c_size_t(0)
+            _lib.check(_fwd_workspace_size(*tensors, params, ctypes.byref(size)))
+            nbytes = _workspace_bytes[key] = size.value
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if nbytes else None
+    _lib.check(_fwd(*tensors, params, ws.data_ptr() if ws is not None else None, nbytes, _lib.stream_of(x)))
     return y
 
 
