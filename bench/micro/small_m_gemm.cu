@@ -109,9 +109,10 @@ int main() {
         if (best < 0 || times[i] < best) best = times[i], best_i = i;
       }
       const double tflops = 2.0 * s.m * s.n * s.k / (best * 1e-6) / 1e12;
-      std::printf("%5d x %4d -> %4d %-16s %-7s first %6.2f us, best %6.2f us (#%d of %d, %.0f TFLOP/s), first/best %.2f\n",
-                  s.m, s.k, s.n, s.what, epi == CUBLASLT_EPILOGUE_BIAS ? "bias" : "bare", first, best, best_i, found,
-                  tflops, first / best);
+      std::printf(
+          "%5d x %4d -> %4d %-16s %-7s first %6.2f us, best %6.2f us (#%d of %d, %.0f TFLOP/s), first/best %.2f\n", s.m,
+          s.k, s.n, s.what, epi == CUBLASLT_EPILOGUE_BIAS ? "bias" : "bare", first, best, best_i, found, tflops,
+          first / best);
       for (int i = 0; i < found && i < 12; ++i)
         std::printf("    #%-2d %6.2f us  tile %3d  splitK %2d  stages %3d  cluster %2d\n", i, times[i],
                     config(heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
