@@ -28,7 +28,7 @@ void run(const Problem& p, int device, cudaStream_t stream) {
              "dilated filter span < 255): N ", p.n, ", C ", p.c, ", H ", p.h, ", W ", p.w, ", K ", p.k, ", R ", p.r,
              ", S ", p.s);
   if (C::Conv::get_workspace_size(args) != 0)
-    fail_arg("x", "this convolution would need a workspace, which tigon_conv2d_fwd does not take");
+    fail_arg("x", "this convolution would need a CUTLASS workspace, which the library's kernel is not set up for");
   if (op.initialize(args, nullptr, stream) != cutlass::Status::kSuccess)
     fail(TIGON_ERROR_INTERNAL, "CUTLASS could not set up the convolution kernel");
   if (op.run(stream) != cutlass::Status::kSuccess)
