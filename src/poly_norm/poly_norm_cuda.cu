@@ -1,5 +1,6 @@
 // PolyNorm CUDA path: one block per row (grid-stride over rows), 16-byte vectors where the rows allow. A row of up to
-// 256 x 4 vectors stays in registers between its sums and its output (longer rows are read twice): the forward's three
+// 256 x 8 vectors (forward; 256 x 4 in the backward) stays in registers between its sums and its output (longer rows
+// are read twice): the forward's three
 // sums of powers, the backward's three projections of dy onto the normalised powers, then y or dx. The backward keeps
 // each thread's share of the parameter sums across its rows, which the block adds up at the end into one partial row;
 // common/column_sum adds the partial rows in a fixed order (the same bits on every run).
@@ -37,6 +38,9 @@ struct Args {
 // up to blockDim.x * V * NV elements), so the row is read once; NV = 0: any row, read twice. The three sums of powers
 // go through one row_sums (one barrier, alternating buffers) rather than three block reductions.
 constexpr int kMaxNv = 4;
+// The forward keeps one operand a row, so it holds twice the backward's vectors: rows up to 16384 bf16 elements are
+// read once (read twice, 12288 and 16384 ran at 60% of the copy rate).
+constexpr int kMaxFwdNv = 8;
 
 template <class T, int V, int NV>
 __global__ void __launch_bounds__(kThreads) fwd_kernel(const Args a) {
@@ -195,10 +199,12 @@ template <class T>
 void fwd_typed(const Args& a, bool vec, unsigned grid, cudaStream_t s) {
   constexpr int V = 16 / sizeof(T);
   const unsigned vt = block_threads(a.cols, V);
-  if (vec && a.cols <= int64_t(vt) * V * 2)  // the registers a row needs, no more: two vectors, or four
+  if (vec && a.cols <= int64_t(vt) * V * 2)  // the registers a row needs, no more: two vectors, four or eight
     fwd_kernel<T, V, 2><<<grid, vt, 0, s>>>(a);
   else if (vec && a.cols <= int64_t(vt) * V * kMaxNv)
     fwd_kernel<T, V, kMaxNv><<<grid, vt, 0, s>>>(a);
+  else if (vec && a.cols <= int64_t(vt) * V * kMaxFwdNv)
+    fwd_kernel<T, V, kMaxFwdNv><<<grid, vt, 0, s>>>(a);
   else if (vec)
     fwd_kernel<T, V, 0><<<grid, vt, 0, s>>>(a);
   else
