@@ -373,6 +373,14 @@ def spies(monkeypatch):
 
     monkeypatch.setattr(_modules, "_tigon_rope", counted("rope", _modules._tigon_rope))
     monkeypatch.setattr(_modules, "_tigon_rope_one", counted("rope", _modules._tigon_rope_one))
+    projections = _modules._rope_projections
+
+    def rope_projections(*args, **kwargs):  # counts only where it rotates (None: the caller takes _tigon_rope)
+        out = projections(*args, **kwargs)
+        counts["rope"] += out is not None
+        return out
+
+    monkeypatch.setattr(_modules, "_rope_projections", rope_projections)
     monkeypatch.setattr(_modules, "moe_experts", counted("experts", _modules.moe_experts))
     glu = _modules._FusedGLU
     monkeypatch.setattr(_modules, "_FusedGLU", type("Counted", (), {"apply": staticmethod(counted("gate", glu.apply))}))

@@ -17,7 +17,7 @@ import torch
 from tigon import _lib
 from tigon.ops._common import compiling, in_place_bwd
 
-__all__ = ["rope", "LAYOUTS"]
+__all__ = ["rope", "rope_projections", "LAYOUTS"]
 
 LAYOUTS = {"bhtd": 0, "bthd": 1}  # tigon_rope_layout_t
 
@@ -376,6 +376,63 @@ def rope(
     if in_place and not compiling() and (q._is_view() or k._is_view()):
         return _RopeInPlace.apply(q, cos, sin, code, interleaved), _RopeInPlace.apply(k, cos, sin, code, interleaved)
     return _Rope.apply(q, k, cos, sin, code, interleaved, bool(in_place))
+
+
+def _projection_base(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor t is a (B, T, H, D) -> (B, H, T, D) transpose of, when it is exactly that: a contiguous, non-view
+    base holding t's elements alone (a projection's output, as the families' attention makes q and k)."""
+    base = t._base
+    if base is None or base._base is not None or not base.is_contiguous() or base.numel() != t.numel():
+        return None
+    b, h, s, d = t.shape
+    if t.data_ptr() != base.data_ptr() or t.stride() != (s * h * d, d, h * d, 1):
+        return None
+    return base
+
+
+class _RopeBases(torch.autograd.Function):
+    """q and k rotated over their projections' memory, given as the projections themselves (not their transposed
+    views): a Function that writes over a view makes autograd copy the whole gradient around its backward
+    (CopySlices: the base's gradient cloned, the view's slice cloned and copied back), which a Function that writes
+    over a base does not."""
+
+    @staticmethod
+    def forward(ctx, q_base, k_base, cos, sin, q_shape, k_shape, interleaved):
+        layout = LAYOUTS["bthd"]
+        _qk_fwd_inplace_impl(q_base.view(q_shape), k_base.view(k_shape), cos, sin, layout, interleaved)
+        ctx.mark_dirty(q_base, k_base)
+        ctx.save_for_backward(cos, sin)
+        ctx.shapes, ctx.interleaved = (q_shape, k_shape), interleaved
+        return q_base, k_base
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        (q_shape, k_shape), layout = ctx.shapes, LAYOUTS["bthd"]
+        dq, dk = dq.contiguous(), dk.contiguous()
+        if dq is not dk and in_place_bwd(True, dq, dk):
+            _qk_bwd_inplace_impl(dq.view(q_shape), dk.view(k_shape), cos, sin, layout, ctx.interleaved)
+            torch.autograd.graph.increment_version((dq, dk))
+            return dq, dk, None, None, None, None, None
+        dq_new, dk_new = _qk_bwd_impl(dq.view(q_shape), dk.view(k_shape), cos, sin, layout, ctx.interleaved)
+        return dq_new.view(dq.shape), dk_new.view(dk.shape), None, None, None, None, None
+
+
+def rope_projections(q, k, cos, sin, interleaved: bool = False):
+    """:func:`rope` in place for q and k in layout "bhtd" that are transposed (B, T, H, D) views of their own
+    contiguous projections (``proj(x).view(B, T, H, D).transpose(1, 2)``): the projections are rotated and returned
+    as the same views. None where q or k is not such a view (the caller then takes rope(..., in_place=...)). The
+    caller must hold that nothing else reads the projections' pre-rotation values (rotates_in_place's conditions)."""
+    if compiling():
+        return None
+    q_base, k_base = _projection_base(q), _projection_base(k)
+    if q_base is None or k_base is None or q_base is k_base:
+        return None
+    cos, sin, _ = _check_args(q, k, cos, sin, "bhtd", interleaved)
+    (b, hq, s, d), hk = q.shape, k.shape[1]
+    q_shape, k_shape = (b, s, hq, d), (b, s, hk, d)
+    q_base, k_base = _RopeBases.apply(q_base, k_base, cos, sin, q_shape, k_shape, interleaved)
+    return q_base.view(q_shape).transpose(1, 2), k_base.view(k_shape).transpose(1, 2)
 
 
 class _RopeOne(torch.autograd.Function):

@@ -9,6 +9,7 @@ import torch
 
 from tigon.nn.rms_norm import RMSNorm
 from tigon.ops.rope import rope as _tigon_rope
+from tigon.ops.rope import rope_projections as _rope_projections
 from tigon.ops.rope import rotates_in_place as _rotates_in_place
 from tigon.ops.rope import rope_one as _tigon_rope_one
 from tigon.nn.swiglu import _HIDDEN_ACT, FalconH1MLP, GemmaMLP, LlamaMLP, Phi3MLP
@@ -124,7 +125,12 @@ def _rope(q, k, cos, sin, unsqueeze_dim: int, interleaved: bool):
     if layout is None:
         raise ValueError(f"apply_rotary_pos_emb: argument 'unsqueeze_dim' must be 1 or 2, got {unsqueeze_dim!r}")
     cos, sin = _rope_tables(q, cos, sin)
-    return _tigon_rope(q, k, cos, sin, layout=layout, interleaved=interleaved, in_place=_rotates_in_place(q, k))
+    in_place = _rotates_in_place(q, k)
+    if in_place and layout == "bhtd":  # over the projections themselves, where q and k are their transposed views
+        rotated = _rope_projections(q, k, cos, sin, interleaved=interleaved)
+        if rotated is not None:
+            return rotated
+    return _tigon_rope(q, k, cos, sin, layout=layout, interleaved=interleaved, in_place=in_place)
 
 
 def apply_rotary_pos_emb_glm(q, k, cos, sin, unsqueeze_dim=1):
