@@ -5,6 +5,7 @@ the rest), device ms per step, and the heaviest kernels by name. Side by side, t
 differ. Diagnostic only (GPU).
 
   python bench/sweeps/profile_train_step.py --config llama --impls tigon,liger [--steps 2] [--top 10]
+      [--ops 'copy|clone|add'] (also: the torch ops whose names match, by device ms, input shapes and call site)
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def group_of(kernel: str) -> str:
     return next((g for g, pattern in GROUPS if re.search(pattern, name)), "other")
 
 
-def profile(config: str, impl: str, steps: int) -> dict[str, float]:
-    """Device µs per step by kernel name, for one implementation."""
+def profile(config: str, impl: str, steps: int, ops: str | None = None, top: int = 10) -> dict[str, float]:
+    """Device µs per step by kernel name, for one implementation (and, with ops, the matching torch ops printed)."""
     model, opt, inputs = train_step.build(config, train_step.IMPLS[impl], "cuda", torch.bfloat16)
 
     def step():
@@ -49,7 +50,8 @@ def profile(config: str, impl: str, steps: int) -> dict[str, float]:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    activities = [torch.profiler.ProfilerActivity.CUDA] + ([torch.profiler.ProfilerActivity.CPU] if ops else [])
+    with torch.profiler.profile(activities=activities, record_shapes=bool(ops), with_stack=bool(ops)) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
@@ -58,6 +60,18 @@ def profile(config: str, impl: str, steps: int) -> dict[str, float]:
         us = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
         if us and ev.key:
             per_kernel[ev.key] += us / steps
+    if ops:
+        print(f"{impl}: torch ops matching {ops!r} (device ms per step, input shapes, call site)")
+        matched = [
+            ev
+            for ev in prof.key_averages(group_by_input_shape=True, group_by_stack_n=6)
+            if re.search(ops, ev.key) and (getattr(ev, "device_time_total", 0) or 0) > 0
+        ]
+        for ev in sorted(matched, key=lambda e: -e.device_time_total)[:top]:
+            site = " <- ".join(f for f in ev.stack if "site-packages/torch/" not in f)[:400] if ev.stack else ""
+            print(
+                f"  {ev.device_time_total / steps / 1e3:8.2f}  {ev.key} {str(ev.input_shapes)[:120]}\n            {site}"
+            )
     return per_kernel
 
 
@@ -69,11 +83,12 @@ def main() -> None:
     )
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--top", type=int, default=10)
+    p.add_argument("--ops", default=None, help="regex: also list the torch ops (aten::...) matching it")
     args = p.parse_args()
     impls = [i for i in train_step.IMPLS if i in args.impls.split(",")]  # the benchmark's order
     kernels = {}
     for impl in impls:
-        kernels[impl] = profile(args.config, impl, args.steps)
+        kernels[impl] = profile(args.config, impl, args.steps, args.ops, args.top)
         gc.collect()  # the last implementation's model, before the next one's
         torch.cuda.empty_cache()
     groups = {impl: collections.Counter() for impl in impls}
