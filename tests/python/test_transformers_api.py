@@ -44,7 +44,7 @@ def test_patch_reports_what_it_replaced(caplog):
     with caplog.at_level(logging.INFO, logger="tigon.transformers"):
         assert tt.patch(model) is model
     n = model.config.num_hidden_layers
-    assert model.tigon_patched == {"rms_norm": 2 * n + 1, "mlp": n, "rope": n, "loss": 1}
+    assert model.tigon_patched == {"rms_norm": 2 * n + 1, "mlp": n, "rope": n, "residual_norm": n, "loss": 1}
     assert "LlamaForCausalLM" in caplog.text and f"{n} mlp" in caplog.text
 
 
@@ -82,6 +82,7 @@ def test_class_level_patch_returns_the_names_it_rebound(caplog):
             f"{module}.LlamaRMSNorm",
             f"{module}.LlamaMLP",
             f"{module}.apply_rotary_pos_emb",
+            f"{module}.LlamaDecoderLayer.forward",
             f"{module}.LlamaForCausalLM.forward",
         }
         assert "LlamaRMSNorm" in caplog.text
@@ -196,3 +197,37 @@ def test_trainer_callback_matches_the_unpatched_trainer(tmp_path):
 def test_trainer_callback_refuses_an_unknown_option():
     with pytest.raises(TypeError, match="unexpected option 'flash'"):
         tt.TigonCallback(flash=True)
+
+
+def test_residual_add_fuses_into_plain_pre_norm_layers_only(monkeypatch):
+    from tigon.transformers import _residual
+
+    calls = []
+    fused = _residual.add_rms_norm
+    monkeypatch.setattr(_residual, "add_rms_norm", lambda *a: calls.append(1) or fused(*a))
+    llama, sandwich = tt.patch(build("llama")), tt.patch(build("gemma3"))
+    n = llama.config.num_hidden_layers
+    assert llama.tigon_patched["residual_norm"] == n and "residual_norm" not in sandwich.tigon_patched
+    tt.patch(llama)  # patching again finds its own forwards
+    assert llama.tigon_patched["residual_norm"] == n
+    ids, labels = make_batch(llama.config)
+    loss_and_grads(llama, ids, labels)
+    assert len(calls) == n
+    # a hook on the norm sees its input: that layer adds and normalises as transformers wrote it
+    seen = []
+    llama.model.layers[0].post_attention_layernorm.register_forward_hook(lambda m, args, out: seen.append(args))
+    calls.clear()
+    llama(input_ids=ids, labels=labels)
+    assert len(calls) == n - 1 and len(seen) == 1
+
+
+def test_fuse_residual_norm_leaves_other_forwards_alone():
+    from tigon.transformers._residual import fuse_residual_norm
+
+    def post_norm(self, hidden_states):
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(self.self_attn(hidden_states))
+        return residual + hidden_states
+
+    assert fuse_residual_norm(post_norm) is None
+    assert fuse_residual_norm(len) is None  # no Python source

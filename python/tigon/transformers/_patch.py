@@ -15,6 +15,7 @@ import torch
 from tigon.transformers._causal_lm import make_forward
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
 from tigon.transformers._modules import ROPE, activation_of, experts_forward, experts_gate, mlp_class, norm_class
+from tigon.transformers._residual import fuse_residual_norm
 from tigon.transformers.attention import NAME as ATTENTION
 
 log = logging.getLogger("tigon.transformers")
@@ -88,12 +89,26 @@ def apply_class(
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
         _set(family, mod, family.rope_fn, ROPE[family.rope])
+    if rms_norm:
+        for layer in _decoder_layers(mod):
+            fused = fuse_residual_norm(_original(family, layer, "forward"))
+            if fused is not None:
+                _set(family, layer, "forward", fused)
     if (ce or flce) and family.causal_lm_cls:
         lm = getattr(mod, family.causal_lm_cls)
         _set(family, lm, "forward", make_forward(_original(family, lm, "forward"), family, flce, ce, check_targets))
     return [
         f"{family.module}.{attr if owner is mod else owner.__name__ + '.' + attr}"
         for owner, attr in _saved.get(family.name, {})
+    ]
+
+
+def _decoder_layers(mod) -> list[type]:
+    """The decoder layer classes the modeling module defines (a VLM's text and vision towers may each have one)."""
+    return [
+        c
+        for name, c in vars(mod).items()
+        if isinstance(c, type) and name.endswith("DecoderLayer") and c.__module__ == mod.__name__
     ]
 
 
@@ -179,7 +194,7 @@ def apply_instance(
     mod = importlib.import_module(family.module)
     p = family.prefix
     mine = lambda m, name: type(m).__module__ == family.module and type(m).__name__ == name  # noqa: E731
-    counts = {"rms_norm": 0, "mlp": 0, "experts": 0, "rope": 0, "loss": 0}
+    counts = {"rms_norm": 0, "mlp": 0, "experts": 0, "rope": 0, "residual_norm": 0, "loss": 0}
     rms_norm, rope = rms_norm and family.norm is not None, rope and family.rope is not None
     norm_cls = norm_class(family) if rms_norm else None
     # a VLM's vision tower stays transformers' even where it shares a class with the language model
@@ -214,6 +229,18 @@ def apply_instance(
                 continue
             m.forward = types.MethodType(forward, m)
             counts["rope"] += 1
+    if rms_norm:  # the post-attention residual add fused into the norm, where the layer's forward is the plain one
+        fused = {layer: fuse_residual_norm(layer.forward) for layer in _decoder_layers(mod)}
+        for m in model.modules():
+            own = vars(m).get("forward")  # an instance forward other than this patch's stays
+            if (
+                id(m) in vision
+                or fused.get(type(m)) is None
+                or getattr(own, "__func__", fused[type(m)]) is not fused[type(m)]
+            ):
+                continue
+            m.forward = types.MethodType(fused[type(m)], m)
+            counts["residual_norm"] += 1
     lm = getattr(mod, family.causal_lm_cls or "", None)
     if (ce or flce) and lm is not None and isinstance(model, lm):
         model.forward = types.MethodType(make_forward(type(model).forward, family, flce, ce, check_targets), model)
