@@ -13,6 +13,7 @@ the statements as written wherever the norm is not Tigon's or the operands diffe
 
 from __future__ import annotations
 
+import __future__
 import ast
 import inspect
 import textwrap
@@ -111,7 +112,11 @@ def _fuse(forward):
     scope = dict(inner.__globals__)
     scope[_NAME] = add_norm
     names: dict = {}
-    exec(compile(tree, inner.__code__.co_filename, "exec"), scope, names)  # noqa: S102 (transformers' own source)
+    try:  # annotations stay strings (never evaluated: some name types imported only for type checkers)
+        code = compile(tree, inner.__code__.co_filename, "exec", flags=__future__.annotations.compiler_flag)
+        exec(code, scope, names)  # noqa: S102 (transformers' own source, rewritten above)
+    except Exception:  # anything the copy cannot reproduce: the layer keeps its own forward
+        return None
     new = names[fdef.name]
     new.__defaults__, new.__kwdefaults__ = inner.__defaults__, inner.__kwdefaults__
     new.__qualname__, new.__doc__, new.__module__ = inner.__qualname__, inner.__doc__, inner.__module__
