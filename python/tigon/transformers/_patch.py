@@ -14,6 +14,7 @@ import torch
 
 from tigon.transformers._causal_lm import make_forward
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
+from tigon.transformers._functions import with_globals
 from tigon.transformers._modules import ROPE, activation_of, experts_forward, experts_gate, mlp_class, norm_class
 from tigon.transformers._residual import fuse_residual_norm
 from tigon.transformers.attention import NAME as ATTENTION
@@ -113,38 +114,6 @@ def _decoder_layers(mod) -> list[type]:
 
 
 # ---- instance level ---------------------------------------------------------------------------------------------------
-
-
-def with_globals(fn, **names):
-    """A copy of fn whose global lookups of `names` see the given values (its module is left alone). Decorators made
-    with functools.wraps are looked through: the wrapped function is copied and the wrapper rebuilt around it.
-    Returns None where fn is not a plain (possibly wrapped) Python function."""
-    inner = getattr(fn, "__wrapped__", None)
-    if not isinstance(fn, types.FunctionType):
-        return None
-    if inner is None:
-        scope = dict(fn.__globals__)
-        scope.update(names)
-        new = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-    else:
-        new_inner = with_globals(inner, **names)
-        cells = list(fn.__closure__ or ())
-        hits = [i for i, c in enumerate(cells) if _cell_value(c) is inner]
-        if new_inner is None or len(hits) != 1:
-            return None
-        cells[hits[0]] = types.CellType(new_inner)
-        new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))
-        new.__wrapped__ = new_inner
-    new.__kwdefaults__ = fn.__kwdefaults__
-    new.__qualname__, new.__doc__, new.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
-    return new
-
-
-def _cell_value(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:  # an empty cell
-        return _MISSING
 
 
 def _new_norm(old: torch.nn.Module, cls: type) -> torch.nn.Module:

@@ -17,12 +17,12 @@ import __future__
 import ast
 import inspect
 import textwrap
-import types
 
 import torch
 
 from tigon.nn.rms_norm import RMSNorm
 from tigon.ops.rms_norm import add_rms_norm
+from tigon.transformers._functions import rewrap
 
 _NAME = "__tigon_add_norm__"
 _PATTERN = [
@@ -55,27 +55,6 @@ def add_norm(norm: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> 
     return add_rms_norm(x, residual, norm.weight, norm.variance_epsilon, norm.offset, norm.casting_mode)
 
 
-def _rewrap(fn, old, new):
-    """fn with the function old, which fn wraps (functools.wraps decorators, through __wrapped__), replaced by new:
-    each wrapper rebuilt around the new inner function. None where a wrapper does not hold its inner one in exactly
-    one closure cell."""
-    if fn is old:
-        return new
-    inner = getattr(fn, "__wrapped__", None)
-    if inner is None or not isinstance(fn, types.FunctionType):
-        return None
-    new_inner = _rewrap(inner, old, new)
-    cells = list(fn.__closure__ or ())
-    hits = [i for i, c in enumerate(cells) if c.cell_contents is inner] if new_inner is not None else []
-    if len(hits) != 1:
-        return None
-    cells[hits[0]] = types.CellType(new_inner)
-    wrapper = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))
-    wrapper.__kwdefaults__, wrapper.__wrapped__ = fn.__kwdefaults__, new_inner
-    wrapper.__qualname__, wrapper.__doc__, wrapper.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
-    return wrapper
-
-
 _FUSED_OF: dict = {}  # forward -> its fused copy (or None): one copy per forward, so patching twice finds its own
 
 
@@ -84,13 +63,12 @@ def fuse_residual_norm(forward):
     where its source cannot be read, it has closures of its own, or the three statements do not appear exactly once
     in its body."""
     if forward not in _FUSED_OF:
-        _FUSED_OF[forward] = _fuse(forward)
+        _FUSED_OF[forward] = rewrap(forward, _fuse)
     return _FUSED_OF[forward]
 
 
-def _fuse(forward):
-    inner = inspect.unwrap(forward)
-    if not isinstance(inner, types.FunctionType) or inner.__code__.co_freevars:
+def _fuse(inner):
+    if inner.__code__.co_freevars:
         return None
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(inner)))
@@ -118,6 +96,5 @@ def _fuse(forward):
     except Exception:  # anything the copy cannot reproduce: the layer keeps its own forward
         return None
     new = names[fdef.name]
-    new.__defaults__, new.__kwdefaults__ = inner.__defaults__, inner.__kwdefaults__
-    new.__qualname__, new.__doc__, new.__module__ = inner.__qualname__, inner.__doc__, inner.__module__
-    return _rewrap(forward, inner, new)
+    new.__defaults__ = inner.__defaults__  # the original default objects, not the source text's new ones
+    return new
