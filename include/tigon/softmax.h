@@ -20,6 +20,11 @@ extern "C" {
 /* y = softmax(x) over the last dimension; y may be x. stream: a cudaStream_t, ignored on the CPU. */
 TIGON_API tigon_status_t tigon_softmax_fwd(const tigon_tensor* x, const tigon_tensor* y, void* stream);
 
+/* The causal form over x [..., L, L] (attention scores, query by key): in each L x L matrix, entry (i, j) with j > i
+ * is masked out (as -inf) before the softmax over j and written as 0 in y; the masked entries of x are not read. Its
+ * backward is tigon_softmax_bwd's: y is 0 where masked, so dx is too. y may be x. */
+TIGON_API tigon_status_t tigon_softmax_causal_fwd(const tigon_tensor* x, const tigon_tensor* y, void* stream);
+
 /* dx = y * (dy - sum(dy * y)) from the forward's output y; dx may be dy or y. */
 TIGON_API tigon_status_t tigon_softmax_bwd(const tigon_tensor* dy, const tigon_tensor* y, const tigon_tensor* dx,
                                            void* stream);

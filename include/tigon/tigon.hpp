@@ -265,12 +265,20 @@ inline void softmax_fwd(const TensorView& x, const TensorView& y, void* stream =
   check(tigon_softmax_fwd(x, y, stream));
 }
 
+inline void softmax_causal_fwd(const TensorView& x, const TensorView& y, void* stream = nullptr) {
+  check(tigon_softmax_causal_fwd(x, y, stream));
+}
+
 inline void softmax_bwd(const TensorView& dy, const TensorView& y, const TensorView& dx, void* stream = nullptr) {
   check(tigon_softmax_bwd(dy, y, dx, stream));
 }
 
 inline void sparsemax_fwd(const TensorView& x, const TensorView& y, void* stream = nullptr) {
   check(tigon_sparsemax_fwd(x, y, stream));
+}
+
+inline void sparsemax_causal_fwd(const TensorView& x, const TensorView& y, void* stream = nullptr) {
+  check(tigon_sparsemax_causal_fwd(x, y, stream));
 }
 
 inline void sparsemax_bwd(const TensorView& dy, const TensorView& y, const TensorView& dx, void* stream = nullptr) {

@@ -23,6 +23,14 @@ FwdProblem fwd_problem(const tigon_tensor* x, const tigon_tensor* y, const char*
   return p;
 }
 
+FwdProblem causal_fwd_problem(const tigon_tensor* x, const tigon_tensor* y, const char* op) {
+  FwdProblem p = fwd_problem(x, y, op);
+  if (x->ndim < 2 || x->shape[x->ndim - 2] != x->shape[x->ndim - 1])
+    fail_arg("x", "must be [..., L, L] for the causal mask, got ", shape_string(*x));
+  p.causal = x->shape[x->ndim - 1];
+  return p;
+}
+
 BwdProblem bwd_problem(const tigon_tensor* dy, const tigon_tensor* y, const tigon_tensor* dx, const char* op) {
   BwdProblem p;
   p.y = first(y, "y", op);

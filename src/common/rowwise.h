@@ -10,6 +10,9 @@ namespace tigon::rowwise {
 
 struct FwdProblem {
   RowMatrix x, y;
+  // The causal form: x is [..., L, L] and row r is row r % L of its matrix, which keeps its first r % L + 1 entries
+  // (the rest masked as -inf, written as 0). 0: no mask.
+  int64_t causal = 0;
 };
 
 struct BwdProblem {
@@ -18,6 +21,8 @@ struct BwdProblem {
 
 // x [..., C] in fp32, fp16 or bf16 with C >= 1 (`op` names the op in the error), y like it; y may be exactly x.
 FwdProblem fwd_problem(const tigon_tensor* x, const tigon_tensor* y, const char* op);
+// The causal form of the above: x also [..., L, L] (square in its last two dimensions).
+FwdProblem causal_fwd_problem(const tigon_tensor* x, const tigon_tensor* y, const char* op);
 // y as x above, dy and dx like it; dx may be exactly dy or y.
 BwdProblem bwd_problem(const tigon_tensor* dy, const tigon_tensor* y, const tigon_tensor* dx, const char* op);
 
@@ -25,9 +30,9 @@ BwdProblem bwd_problem(const tigon_tensor* dy, const tigon_tensor* y, const tigo
 // TIGON_ON_CUDA, so a CPU-only build never names the CUDA path). Nothing runs for zero rows.
 template <class Cpu, class Cuda>
 tigon_status_t fwd_entry(const char* entry, const char* op, const tigon_tensor* x, const tigon_tensor* y, Cpu cpu,
-                         Cuda cuda) {
+                         Cuda cuda, bool causal = false) {
   return api_guard(entry, [&] {
-    const FwdProblem p = fwd_problem(x, y, op);
+    const FwdProblem p = causal ? causal_fwd_problem(x, y, op) : fwd_problem(x, y, op);
     if (p.x.rows == 0) return;
     if (is_cuda(*x))
       cuda(p);

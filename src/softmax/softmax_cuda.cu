@@ -29,13 +29,30 @@ struct Args {
   const void *a, *b;  // forward: x; backward: y, dy
   void* out;          // y or dx
   int64_t rows, cols, a_stride, b_stride, out_stride;
+  int64_t causal;  // forward: L of a causal [..., L, L] x (FwdProblem::causal), 0 for none
 };
+
+// The entries of a row the forward reads: all, or those the causal mask keeps.
+template <bool Causal>
+__device__ __forceinline__ int64_t kept(const Args& a, int64_t row) {
+  return Causal ? row % a.causal + 1 : a.cols;
+}
+
+// Masked entries (at or past n) of the V values from column c become -inf.
+template <bool Causal, int V>
+__device__ __forceinline__ void mask_tail(float (&v)[V], int64_t c, int64_t n) {
+  if constexpr (Causal)
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (c + j >= n) v[j] = -INFINITY;
+}
 
 __device__ __forceinline__ int64_t row_step() { return int64_t(gridDim.x) * blockDim.y; }
 
 // Forward, a row in registers: thread x of a row holds vectors x, x + tpr, ... (kNv at most). The max and the sum
-// take one barrier each (row_max_once and row_sums<1>, a buffer each).
-template <class T>
+// take one barrier each (row_max_once and row_sums<1>, a buffer each). Causal: vectors wholly past the mask are not
+// loaded, and their zeros are still stored.
+template <class T, bool Causal>
 __global__ void fwd_cached(const Args a) {
   constexpr int V = 16 / sizeof(T);
   __shared__ __align__(16) float buf[2][kMaxThreads / 32];
@@ -46,10 +63,15 @@ __global__ void fwd_cached(const Args a) {
 #pragma unroll
     for (int i = 0; i < kNv; ++i) live[i] = row < a.rows && threadIdx.x + int64_t(i) * blockDim.x < nvec;
     const T* x = static_cast<const T*>(a.a) + row * a.a_stride + threadIdx.x * V;
+    const int64_t n = kept<Causal>(a, row);
     // Every load is issued before any value is used (load_vec_if): one memory round trip per row, not per vector.
     float v[kNv][V];
 #pragma unroll
-    for (int i = 0; i < kNv; ++i) cuda::load_vec_if<T, V>(live[i], x + int64_t(i) * blockDim.x * V, v[i], -INFINITY);
+    for (int i = 0; i < kNv; ++i) {
+      const int64_t c = (threadIdx.x + int64_t(i) * blockDim.x) * V;
+      cuda::load_vec_if<T, V>(live[i] && (!Causal || c < n), x + int64_t(i) * blockDim.x * V, v[i], -INFINITY);
+      mask_tail<Causal>(v[i], c, n);
+    }
     float m = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kNv; ++i)
@@ -116,16 +138,19 @@ __global__ void bwd_cached(const Args a) {
   }
 }
 
-// Forward, any row: one row per block iteration, V elements per step (16-byte vectors, or 1).
-template <class T, int V>
+// Forward, any row: one row per block iteration, V elements per step (16-byte vectors, or 1). Causal: the vectors
+// that start past the mask are not read.
+template <class T, int V, bool Causal>
 __global__ void fwd_uncached(const Args a) {
   __shared__ float smem[kMaxThreads / 32];
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(a.a) + row * a.a_stride;
+    const int64_t n = kept<Causal>(a, row);
     float m = -INFINITY, s = 0.f;  // this thread's running max and sum of exp(x - m)
-    for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += int64_t(blockDim.x) * V) {
+    for (int64_t c = int64_t(threadIdx.x) * V; c < n; c += int64_t(blockDim.x) * V) {
       float v[V];
       load_vec<T, V>(x + c, v);
+      mask_tail<Causal>(v, c, n);
       float mv = m;
 #pragma unroll
       for (int j = 0; j < V; ++j) mv = fmaxf(mv, v[j]);
@@ -141,7 +166,13 @@ __global__ void fwd_uncached(const Args a) {
     T* y = static_cast<T*>(a.out) + row * a.out_stride;
     for (int64_t c = int64_t(threadIdx.x) * V; c < a.cols; c += int64_t(blockDim.x) * V) {
       float v[V];
-      load_vec<T, V>(x + c, v);
+      if (!Causal || c < n) {
+        load_vec<T, V>(x + c, v);
+        mask_tail<Causal>(v, c, n);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = -INFINITY;
+      }
 #pragma unroll
       for (int j = 0; j < V; ++j) v[j] = expf(v[j] - mm) * inv;
       store_vec<T, V>(y + c, v);
@@ -186,40 +217,47 @@ row_plan::Plan plan(const RowMatrix& lead, std::initializer_list<const RowMatrix
   return row_plan::uncached_plan(lead, vec, INT_MAX);  // at most 1024 threads: kMaxThreads
 }
 
-template <class T, bool Fwd>
-void launch(const Args& a, const row_plan::Plan& p, cudaStream_t s) {
+template <class T, bool Causal>
+void launch_fwd(const Args& a, const row_plan::Plan& p, cudaStream_t s) {
   constexpr int V = 16 / sizeof(T);
-  if (p.cached) {
-    if constexpr (Fwd)
-      fwd_cached<T><<<p.grid, p.block, 0, s>>>(a);
-    else
-      bwd_cached<T><<<p.grid, p.block, 0, s>>>(a);
-  } else if (p.vec) {
-    if constexpr (Fwd)
-      fwd_uncached<T, V><<<p.grid, p.block, 0, s>>>(a);
-    else
-      bwd_uncached<T, V><<<p.grid, p.block, 0, s>>>(a);
-  } else {
-    if constexpr (Fwd)
-      fwd_uncached<T, 1><<<p.grid, p.block, 0, s>>>(a);
-    else
-      bwd_uncached<T, 1><<<p.grid, p.block, 0, s>>>(a);
-  }
+  if (p.cached)
+    fwd_cached<T, Causal><<<p.grid, p.block, 0, s>>>(a);
+  else if (p.vec)
+    fwd_uncached<T, V, Causal><<<p.grid, p.block, 0, s>>>(a);
+  else
+    fwd_uncached<T, 1, Causal><<<p.grid, p.block, 0, s>>>(a);
+}
+
+template <class T>
+void launch_bwd(const Args& a, const row_plan::Plan& p, cudaStream_t s) {
+  constexpr int V = 16 / sizeof(T);
+  if (p.cached)
+    bwd_cached<T><<<p.grid, p.block, 0, s>>>(a);
+  else if (p.vec)
+    bwd_uncached<T, V><<<p.grid, p.block, 0, s>>>(a);
+  else
+    bwd_uncached<T, 1><<<p.grid, p.block, 0, s>>>(a);
 }
 
 }  // namespace
 
 void fwd_cuda(const FwdProblem& p, void* stream) {
-  const Args a{p.x.data, nullptr, p.y.data, p.x.rows, p.x.cols, p.x.row_stride, 0, p.y.row_stride};
+  const Args a{p.x.data, nullptr, p.y.data, p.x.rows, p.x.cols, p.x.row_stride, 0, p.y.row_stride, p.causal};
   const row_plan::Plan pl = plan(p.x, {&p.x, &p.y});
-  TIGON_SWITCH_FLOAT(p.x.dtype, T, launch<T, true>(a, pl, static_cast<cudaStream_t>(stream)));
+  const auto s = static_cast<cudaStream_t>(stream);
+  TIGON_SWITCH_FLOAT(p.x.dtype, T, {
+    if (p.causal)
+      launch_fwd<T, true>(a, pl, s);
+    else
+      launch_fwd<T, false>(a, pl, s);
+  });
   TIGON_CUDA_CHECK_LAUNCH();
 }
 
 void bwd_cuda(const BwdProblem& p, void* stream) {
-  const Args a{p.y.data, p.dy.data, p.dx.data, p.y.rows, p.y.cols, p.y.row_stride, p.dy.row_stride, p.dx.row_stride};
+  const Args a{p.y.data, p.dy.data, p.dx.data, p.y.rows, p.y.cols, p.y.row_stride, p.dy.row_stride, p.dx.row_stride, 0};
   const row_plan::Plan pl = plan(p.y, {&p.y, &p.dy, &p.dx});
-  TIGON_SWITCH_FLOAT(p.y.dtype, T, launch<T, false>(a, pl, static_cast<cudaStream_t>(stream)));
+  TIGON_SWITCH_FLOAT(p.y.dtype, T, launch_bwd<T>(a, pl, static_cast<cudaStream_t>(stream)));
   TIGON_CUDA_CHECK_LAUNCH();
 }
 

@@ -17,10 +17,11 @@ void put(const RowMatrix& m, int64_t r, int64_t c, double v) { store_elem(m.data
 void fwd_cpu(const FwdProblem& p) {
   std::vector<double> e(size_t(p.x.cols));
   for (int64_t r = 0; r < p.x.rows; ++r) {
+    const int64_t n = p.causal ? r % p.causal + 1 : p.x.cols;  // the entries the mask keeps
     double mx = -INFINITY, sum = 0.0;
-    for (int64_t c = 0; c < p.x.cols; ++c) mx = std::fmax(mx, elem(p.x, r, c));
-    for (int64_t c = 0; c < p.x.cols; ++c) sum += (e[size_t(c)] = std::exp(elem(p.x, r, c) - mx));
-    for (int64_t c = 0; c < p.x.cols; ++c) put(p.y, r, c, e[size_t(c)] / sum);
+    for (int64_t c = 0; c < n; ++c) mx = std::fmax(mx, elem(p.x, r, c));
+    for (int64_t c = 0; c < n; ++c) sum += (e[size_t(c)] = std::exp(elem(p.x, r, c) - mx));
+    for (int64_t c = 0; c < p.x.cols; ++c) put(p.y, r, c, c < n ? e[size_t(c)] / sum : 0.0);
   }
 }
 

@@ -5,6 +5,7 @@
 // support, until the support stops shrinking: then tau is exact for it, and it is the sparsemax support. A few steps
 // for real rows (each one block reduction over the row), C at most. Then y = max(z - tau, 0).
 // Backward: the support's sum of dy and its size (one reduction), then dx.
+// The causal form reads a row only as far as its mask keeps and writes zeros past it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@ struct Args {
   const void *a, *b;  // forward: x; backward: y, dy
   void* out;          // y or dx
   int64_t rows, cols, a_stride, b_stride, out_stride;
+  int64_t causal;  // forward: L of a causal [..., L, L] x (FwdProblem::causal), 0 for none
 };
 
 template <class T, bool kCached>
@@ -36,17 +38,18 @@ __global__ void __launch_bounds__(kThreads) fwd(const Args a) {
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(a.a) + row * a.a_stride;
     const auto z = [&](int64_t c) { return kCached ? row_s[c] : cuda::to_f<T>(x[c]); };
+    const int64_t n = a.causal ? row % a.causal + 1 : a.cols;  // the entries the causal mask keeps
     float total[2] = {0.f, 0.f};
-    for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) {
+    for (int64_t c = threadIdx.x; c < n; c += kThreads) {
       const float v = cuda::to_f<T>(x[c]);
       if (kCached) row_s[c] = v;
       total[0] += v;
     }
     cuda::row_sums<2>(total, red[0]);  // a barrier too: the cached row is complete
-    float count = float(a.cols), tau = (total[0] - 1.f) / count;
+    float count = float(n), tau = (total[0] - 1.f) / count;
     for (int step = 1;; ++step) {
       float acc[2] = {0.f, 0.f};  // sum and count of the elements above tau
-      for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) {
+      for (int64_t c = threadIdx.x; c < n; c += kThreads) {
         const float v = z(c);
         if (v > tau) acc[0] += v, acc[1] += 1.f;
       }
@@ -56,7 +59,8 @@ __global__ void __launch_bounds__(kThreads) fwd(const Args a) {
       tau = (acc[0] - 1.f) / count;
     }
     T* y = static_cast<T*>(a.out) + row * a.out_stride;
-    for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) y[c] = cuda::from_f<T>(fmaxf(z(c) - tau, 0.f));
+    for (int64_t c = threadIdx.x; c < a.cols; c += kThreads)
+      y[c] = cuda::from_f<T>(c < n ? fmaxf(z(c) - tau, 0.f) : 0.f);
     __syncthreads();  // the next row may overwrite row_s and red[0]
   }
 }
@@ -105,12 +109,12 @@ void launch_fwd(const Args& a, cudaStream_t stream) {
 }  // namespace
 
 void fwd_cuda(const FwdProblem& p, void* stream) {
-  const Args a{p.x.data, nullptr, p.y.data, p.x.rows, p.x.cols, p.x.row_stride, 0, p.y.row_stride};
+  const Args a{p.x.data, nullptr, p.y.data, p.x.rows, p.x.cols, p.x.row_stride, 0, p.y.row_stride, p.causal};
   TIGON_SWITCH_FLOAT(p.x.dtype, T, launch_fwd<T>(a, static_cast<cudaStream_t>(stream)));
 }
 
 void bwd_cuda(const BwdProblem& p, void* stream) {
-  const Args a{p.y.data, p.dy.data, p.dx.data, p.y.rows, p.y.cols, p.y.row_stride, p.dy.row_stride, p.dx.row_stride};
+  const Args a{p.y.data, p.dy.data, p.dx.data, p.y.rows, p.y.cols, p.y.row_stride, p.dy.row_stride, p.dx.row_stride, 0};
   TIGON_SWITCH_FLOAT(p.y.dtype, T, {
     bwd<T><<<grid_for(a.rows, current_device()), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
     TIGON_CUDA_CHECK_LAUNCH();

@@ -16,9 +16,10 @@ void put(const RowMatrix& m, int64_t r, int64_t c, double v) { store_elem(m.data
 }  // namespace
 
 void fwd_cpu(const FwdProblem& p) {
-  const size_t n = size_t(p.x.cols);
-  std::vector<double> z(n), sorted(n);
+  std::vector<double> z, sorted;
   for (int64_t r = 0; r < p.x.rows; ++r) {
+    const size_t n = size_t(p.causal ? r % p.causal + 1 : p.x.cols);  // the entries the mask keeps
+    z.resize(n);
     for (size_t c = 0; c < n; ++c) z[c] = elem(p.x, r, int64_t(c));
     sorted = z;
     std::sort(sorted.begin(), sorted.end(), std::greater<double>());
@@ -27,7 +28,7 @@ void fwd_cpu(const FwdProblem& p) {
       prefix += sorted[k];
       if (1.0 + double(k + 1) * sorted[k] > prefix) tau = (prefix - 1.0) / double(k + 1);
     }
-    for (size_t c = 0; c < n; ++c) put(p.y, r, int64_t(c), std::max(z[c] - tau, 0.0));
+    for (int64_t c = 0; c < p.x.cols; ++c) put(p.y, r, c, size_t(c) < n ? std::max(z[size_t(c)] - tau, 0.0) : 0.0);
   }
 }
 

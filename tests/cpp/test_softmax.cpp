@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "causal_rowwise_test_util.h"
 #include "test_util.h"
 #include "tigon/softmax.h"
 
@@ -44,6 +45,15 @@ TEST(SoftmaxReference, MatchesNaiveFp64AndRunsInPlace) {
     EXPECT_EQ(worst_ratio(dyi, dx, 0, 0), 0.0);
   }
 }
+
+TEST(SoftmaxReference, CausalIsThePlainFormOfEachPrefix) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    expect_causal_is_prefix(tigon_softmax_fwd, tigon_softmax_causal_fwd, dt, 2, 9);
+    expect_causal_is_prefix(tigon_softmax_fwd, tigon_softmax_causal_fwd, dt, 1, 1);
+  }
+}
+
+TEST(SoftmaxApi, CausalNeedsSquareScores) { expect_causal_shape_errors(tigon_softmax_causal_fwd); }
 
 void expect_error(tigon_status_t st, const char* arg) {
   EXPECT_EQ(st, TIGON_ERROR_INVALID_ARGUMENT);

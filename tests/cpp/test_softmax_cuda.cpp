@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 
+#include "causal_rowwise_test_util.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 #include "tigon/softmax.h"
@@ -57,5 +58,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SoftmaxCuda,
                            return std::string(short_name(std::get<0>(c))) + "_" + std::to_string(std::get<1>(c)) + "x" +
                                   std::to_string(std::get<2>(c)) + "_pad" + std::to_string(std::get<3>(c));
                          });
+
+// The causal form over [batch, L, L] scores: the kept entries as the reference, zeros above the diagonal.
+TEST(SoftmaxCuda, CausalMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  // in registers (aligned rows, a few rows per block), long in registers, unaligned (scalar uncached), padded rows
+  expect_causal_cuda_matches(tigon_softmax_causal_fwd, DType::kBFloat16, 3, 256, 0, 1e-3);
+  expect_causal_cuda_matches(tigon_softmax_causal_fwd, DType::kFloat32, 1, 1000, 0, 1e-3);
+  expect_causal_cuda_matches(tigon_softmax_causal_fwd, DType::kBFloat16, 2, 129, 0, 1e-3);
+  expect_causal_cuda_matches(tigon_softmax_causal_fwd, DType::kFloat16, 4, 64, 8, 1e-3);
+}
 
 }  // namespace

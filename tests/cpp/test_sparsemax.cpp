@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "causal_rowwise_test_util.h"
 #include "test_util.h"
 #include "tigon/sparsemax.h"
 
@@ -78,6 +79,15 @@ TEST(SparsemaxReference, OneElementAndTies) {
   EXPECT_EQ(yt.at(0, 1), 0.5);
   EXPECT_EQ(yt.at(0, 2), 0.0);
 }
+
+TEST(SparsemaxReference, CausalIsThePlainFormOfEachPrefix) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    expect_causal_is_prefix(tigon_sparsemax_fwd, tigon_sparsemax_causal_fwd, dt, 2, 9);
+    expect_causal_is_prefix(tigon_sparsemax_fwd, tigon_sparsemax_causal_fwd, dt, 1, 1);
+  }
+}
+
+TEST(SparsemaxApi, CausalNeedsSquareScores) { expect_causal_shape_errors(tigon_sparsemax_causal_fwd); }
 
 void expect_error(tigon_status_t st, const char* arg) {
   EXPECT_EQ(st, TIGON_ERROR_INVALID_ARGUMENT);

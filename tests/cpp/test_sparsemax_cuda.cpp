@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "causal_rowwise_test_util.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 #include "tigon/sparsemax.h"
@@ -58,5 +59,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SparsemaxCuda,
                            return std::string(short_name(std::get<0>(c))) + "_" + std::to_string(std::get<1>(c)) + "x" +
                                   std::to_string(std::get<2>(c)) + "_pad" + std::to_string(std::get<3>(c));
                          });
+
+// The causal form over [batch, L, L] scores: the kept entries as the reference, zeros above the diagonal.
+TEST(SparsemaxCuda, CausalMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  expect_causal_cuda_matches(tigon_sparsemax_causal_fwd, DType::kBFloat16, 2, 512, 0, 4);  // cached rows
+  expect_causal_cuda_matches(tigon_sparsemax_causal_fwd, DType::kFloat32, 3, 37, 3, 4);    // odd, padded rows
+}
 
 }  // namespace
