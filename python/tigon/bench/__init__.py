@@ -21,6 +21,7 @@ _RUNNERS = {
     "group_norm": ("group_norm", "run"),
     "softmax": ("softmax", "run"),
     "sparsemax": ("sparsemax", "run"),
+    "multi_token_attention": ("multi_token_attention", "run"),
     "poly_norm": ("poly_norm", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),

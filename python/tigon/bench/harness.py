@@ -242,6 +242,22 @@ def time_checked(op: str, label: str, shape, fns: dict, checks: dict, time, nbyt
     return results
 
 
+def check_and_time_all_grads(
+    op: str, label: str, shape, fns: dict, reference, inputs: tuple, dy, nbytes: dict, ctx
+) -> list[dict]:
+    """time_checked for an op with a gradient for every input: each implementation checked against reference (run in
+    float32 on float32 copies, freed before timing), then forward and forward + backward timed."""
+    if "torch_compile" in fns:
+        torch._dynamo.reset()
+    ref = output_and_grads(reference, [t.float() for t in inputs], dy.float())
+    checks = run_checks(fns, lambda fn: relative_errors(fn, inputs, dy, ref))
+    del ref
+    every = tuple(range(len(inputs)))
+    return time_checked(
+        op, label, shape, fns, checks, lambda fn: time_fwd_bwd(op, fn, inputs, every, (dy,), ctx), nbytes, ctx
+    )
+
+
 def _rowwise_errors(fn, x, dy, ref) -> dict:
     leaf = x.detach().clone().requires_grad_()
     y = fn(leaf)

@@ -10,6 +10,7 @@ from tigon.nn.fused_linear_cross_entropy import FusedLinearCrossEntropyLoss
 from tigon.nn.group_norm import GroupNorm
 from tigon.nn.layer_norm import LayerNorm
 from tigon.nn.linear_act import Linear
+from tigon.nn.multi_token_attention import MultiTokenAttention
 from tigon.nn.poly_norm import PolyNorm
 from tigon.nn.rms_norm import FusedAddRMSNorm, GemmaRMSNorm, RMSNorm
 from tigon.nn.rope import apply_rotary_pos_emb
@@ -35,6 +36,7 @@ __all__ = [
     "LayerNorm",
     "Linear",
     "LlamaMLP",
+    "MultiTokenAttention",
     "Phi3MLP",
     "PolyNorm",
     "RMSNorm",

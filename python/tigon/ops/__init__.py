@@ -15,6 +15,7 @@ from tigon.ops.int8 import gemv_int8, int8_linear, quantize_rows
 from tigon.ops.layer_norm import layer_norm
 from tigon.ops.linear_act import linear_act
 from tigon.ops.moe import moe_experts
+from tigon.ops.multi_token_attention import multi_token_attention
 from tigon.ops.poly_norm import poly_norm
 from tigon.ops.rms_norm import add_rms_norm, rms_norm
 from tigon.ops.rope import rope, rope_one
@@ -46,6 +47,7 @@ __all__ = [
     "layer_norm",
     "linear_act",
     "moe_experts",
+    "multi_token_attention",
     "poly_norm",
     "quantize_rows",
     "relu",
