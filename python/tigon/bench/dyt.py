@@ -11,13 +11,9 @@ import torch
 
 from tigon.bench.harness import (
     bench_shapes,
+    check_and_time_all_grads,
     make_impls,
-    output_and_grads,
-    relative_errors,
-    run_checks,
     standard_impls,
-    time_checked,
-    time_fwd_bwd,
 )
 
 OP = "dyt"
@@ -45,20 +41,6 @@ def run(args, ctx) -> list[dict]:
         inputs = (x, alpha, gamma, beta)
         elt = x.element_size()
         nbytes = {"fwd": 2 * M * N * elt, "bwd": 3 * M * N * elt, "full": 5 * M * N * elt}
-        if "torch_compile" in fns:
-            torch._dynamo.reset()
-        ref = output_and_grads(torch_dyt, [t.float() for t in inputs], dy.float())
-        checks = run_checks(fns, lambda fn: relative_errors(fn, inputs, dy, ref))
-        del ref
-        results += time_checked(
-            OP,
-            f"{OP} {M}x{N}",
-            shape,
-            fns,
-            checks,
-            lambda fn: time_fwd_bwd(OP, fn, inputs, (0, 1, 2, 3), (dy,), ctx),
-            nbytes,
-            ctx,
-        )
+        results += check_and_time_all_grads(OP, f"{OP} {M}x{N}", shape, fns, torch_dyt, inputs, dy, nbytes, ctx)
         del x, dy, inputs
     return results

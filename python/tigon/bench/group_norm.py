@@ -12,14 +12,10 @@ import torch.nn.functional as F
 
 from tigon.bench.harness import (
     bench_shapes,
+    check_and_time_all_grads,
     compiled,
     liger,
     make_impls,
-    output_and_grads,
-    relative_errors,
-    run_checks,
-    time_checked,
-    time_fwd_bwd,
 )
 
 OP = "group_norm"
@@ -63,20 +59,8 @@ def run(args, ctx) -> list[dict]:
         inputs = (x, weight, bias)
         elt, n = x.element_size(), N * C * S
         nbytes = {"fwd": 2 * n * elt, "bwd": 3 * n * elt, "full": 5 * n * elt}
-        if "torch_compile" in fns:
-            torch._dynamo.reset()
-        ref = output_and_grads(torch_group_norm, [t.float() for t in inputs], dy.float())
-        checks = run_checks(fns, lambda fn: relative_errors(fn, inputs, dy, ref))
-        del ref
-        results += time_checked(
-            OP,
-            f"{OP} {N}x{C}x{S}",
-            shape,
-            fns,
-            checks,
-            lambda fn: time_fwd_bwd(OP, fn, inputs, (0, 1, 2), (dy,), ctx),
-            nbytes,
-            ctx,
+        results += check_and_time_all_grads(
+            OP, f"{OP} {N}x{C}x{S}", shape, fns, torch_group_norm, inputs, dy, nbytes, ctx
         )
         del x, dy, inputs
     return results
