@@ -174,6 +174,36 @@ def test_apply_rotary_pos_emb_matches_transformers(device, unsqueeze_dim):
         assert_close(a, b.double(), name="apply_rotary_pos_emb")
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_multimodal_rotary_merges_sections_by_axis(device):
+    """Qwen2-VL's apply-time mRoPE (the transformers releases that merge there): with different temporal, height and
+    width positions, section i of each half of the head turns by axis i mod 3's angles; gradients as the formula's."""
+    from tigon.transformers._modules import apply_multimodal_rotary_pos_emb
+
+    sections, dim = [2, 3, 3], 16
+    q, k = make_qk(2, 4, 2, 6, dim, torch.float32, device, "bhtd")
+    inv_freq = 1.0 / 10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    pos = torch.stack([torch.arange(6.0), 2 * torch.arange(6.0) + 1, torch.arange(6.0).flip(0)])  # [3, T]
+    freqs = pos[:, None, :, None].expand(3, 2, 6, 1).double() * inv_freq  # [3, B, T, D / 2]
+    emb = torch.cat((freqs, freqs), -1)
+    cos, sin = emb.cos().float().to(device), emb.sin().float().to(device)
+    q_out, k_out = apply_multimodal_rotary_pos_emb(q, k, cos, sin, sections)
+    # the merged table by hand: columns [0, 2) from axis 0, [2, 5) from axis 1, [5, 8) from axis 2, each half alike
+    axis = torch.tensor([0, 0, 1, 1, 1, 2, 2, 2] * 2, device=device)
+    pick = lambda t: t.double().gather(0, axis.view(1, 1, 1, dim).expand(1, *t.shape[1:]))[0]  # noqa: E731
+    q64, k64 = (t.detach().double().requires_grad_(True) for t in (q, k))
+    ref = hf_apply_rotary_pos_emb(q64, k64, pick(cos), pick(sin))
+    assert_close(q_out, ref[0], name="q_out")
+    assert_close(k_out, ref[1], name="k_out")
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    got = torch.autograd.grad((q_out, k_out), (q, k), (dq, dk))
+    want = torch.autograd.grad(ref, (q64, k64), (dq.double(), dk.double()))
+    for name, a, b in zip(("dq", "dk"), got, want, strict=True):
+        assert_close(a, b, name=name)
+    with pytest.raises(ValueError, match="'cos'"):
+        apply_multimodal_rotary_pos_emb(q, k, cos[0], sin[0], sections)
+
+
 def _step(fn, q, k, cos, sin, dq_out, dk_out, fresh_grads=False):
     outs = fn(q, k, cos, sin)
     if fresh_grads:  # an in-place backward writes over the output gradients it is handed

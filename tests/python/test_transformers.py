@@ -232,8 +232,8 @@ ROPE_CALLS = {
     "mllama_text_model": 1,
     "qwen3_next": 1,
     "llama4_text": 1,
-    "qwen3_5_text": 0,  # mRoPE: transformers'
-    "qwen3_5_moe_text": 0,
+    "qwen3_5_text": 1,
+    "qwen3_5_moe_text": 1,
     "smollm3": 1,
     "gemma4_text": 2 * COMMON["num_hidden_layers"],  # q and k rotated in separate calls
     "exaone4": 1,

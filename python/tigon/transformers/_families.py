@@ -35,6 +35,9 @@ class Family:
     # (Llama 4's freqs_cis); None: transformers' own
     rope: str | None = "llama"
     rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's name for it
+    # mRoPE (Qwen2-VL, Qwen2.5-VL): transformers releases that merge the temporal, height and width sections into the
+    # table at apply time call apply_multimodal_rotary_pos_emb; that is rerouted too where the module has it
+    mrope: bool = False
     mlp_bias: str | None = None  # the config attribute that gives the family's MLP biases (None: never biased)
     mlp_layer_idx: bool = False  # the MLP is built as (config, layer_idx), its width per layer (Gemma 4)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
@@ -178,31 +181,24 @@ FAMILIES = {
             causal_lm="Llama4ForCausalLM",
         ),
         # Zero-centred (1 + w) norms in fp32 (Gemma's); the gated norms and the Gated DeltaNet linear attention stay
-        # transformers', as do Qwen3.5's mRoPE tables (its RoPE with them)
+        # transformers'. Qwen3.5's rotary embedding merges its mRoPE sections into one table; the rotation is Tigon's
         Family("qwen3_next", "Qwen3Next", ("qwen3_next",), norm="gemma", experts=True),
-        Family("qwen3_5", "Qwen3_5", ("qwen3_5", "qwen3_5_text"), norm="gemma", rope=None),
-        Family("qwen3_5_moe", "Qwen3_5Moe", ("qwen3_5_moe", "qwen3_5_moe_text"), norm="gemma", rope=None, experts=True),
+        Family("qwen3_5", "Qwen3_5", ("qwen3_5", "qwen3_5_text"), norm="gemma"),
+        Family("qwen3_5_moe", "Qwen3_5Moe", ("qwen3_5_moe", "qwen3_5_moe_text"), norm="gemma", experts=True),
         # The language models of VLMs (the vision towers' own classes are left alone; Qwen2.5-VL's vision blocks
-        # share its RMSNorm class, the same math). mRoPE's sections are merged into cos / sin by the rotary
-        # embedding, but that stays transformers' as the rest of mRoPE does; ForConditionalGeneration's loss too.
-        Family("qwen2_vl", "Qwen2VL", ("qwen2_vl", "qwen2_vl_text"), mlp_name="Qwen2MLP", rope=None, causal_lm=None),
+        # share its RMSNorm class, the same math). mRoPE's tables (position ids per temporal, height and width axis)
+        # stay transformers'; the rotation by them is Tigon's; ForConditionalGeneration's loss stays transformers'.
+        Family("qwen2_vl", "Qwen2VL", ("qwen2_vl", "qwen2_vl_text"), mlp_name="Qwen2MLP", mrope=True, causal_lm=None),
         Family(
             "qwen2_5_vl",
             "Qwen2_5_VL",
             ("qwen2_5_vl", "qwen2_5_vl_text"),
             mlp_name="Qwen2MLP",
-            rope=None,
+            mrope=True,
             causal_lm=None,
         ),
-        Family("qwen3_vl", "Qwen3VLText", ("qwen3_vl", "qwen3_vl_text"), rope=None, causal_lm=None),
-        Family(
-            "qwen3_vl_moe",
-            "Qwen3VLMoeText",
-            ("qwen3_vl_moe", "qwen3_vl_moe_text"),
-            rope=None,
-            causal_lm=None,
-            experts=True,
-        ),
+        Family("qwen3_vl", "Qwen3VLText", ("qwen3_vl", "qwen3_vl_text"), causal_lm=None),
+        Family("qwen3_vl_moe", "Qwen3VLMoeText", ("qwen3_vl_moe", "qwen3_vl_moe_text"), causal_lm=None, experts=True),
         # cross-attention layers gate their residual branches with tanh: norms out of place
         Family(
             "mllama",

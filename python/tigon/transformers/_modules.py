@@ -154,6 +154,22 @@ def apply_rotary_pos_emb_halves(q, k, cos, sin, unsqueeze_dim=1):
     return _rope(q, k, torch.cat([cos, cos], -1), torch.cat([sin, sin], -1), unsqueeze_dim, interleaved=False)
 
 
+def apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
+    """Qwen2-VL's mRoPE where transformers merges the sections at apply time: cos and sin are [3, B, T, D] (angles
+    from the temporal, height and width position ids), and the i-th of the sections (mrope_section, repeated for the
+    second half of the head) takes its columns from axis i mod 3; the rotation by the merged table is rotate-half, as
+    one Tigon kernel."""
+    if cos.dim() != 4 or cos.shape[0] != 3:
+        raise ValueError(
+            f"apply_multimodal_rotary_pos_emb: argument 'cos' must be [3, B, T, D] (one table per position axis), got "
+            f"{tuple(cos.shape)}"
+        )
+    sections = list(mrope_section) * 2
+    cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(sections, dim=-1))], dim=-1)
+    sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(sections, dim=-1))], dim=-1)
+    return _rope(q, k, cos, sin, unsqueeze_dim, interleaved=False)
+
+
 def apply_rotary_emb_complex(xq, xk, freqs_cis):
     """Llama 4's apply_rotary_emb: [B, T, H, D] q and k as complex pairs (2i, 2i + 1) times freqs_cis[..., i] in fp32,
     one rounding back. A complex product is the interleaved rotation by the table's angle (its real part the cos, its
@@ -189,6 +205,14 @@ ROPE = {
     "interleaved": apply_rotary_pos_emb_interleaved,
     "halves": apply_rotary_pos_emb_halves,
 }
+
+
+def rope_functions(family) -> dict:
+    """The modeling-module names a family's RoPE is rerouted through, each to Tigon's function."""
+    names = {family.rope_fn: ROPE[family.rope]}
+    if family.mrope:
+        names["apply_multimodal_rotary_pos_emb"] = apply_multimodal_rotary_pos_emb
+    return names
 
 
 def experts_gate(fallback):

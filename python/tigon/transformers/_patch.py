@@ -15,7 +15,14 @@ import torch
 from tigon.transformers._causal_lm import make_forward
 from tigon.transformers._families import BY_MODEL_TYPE, FAMILIES, Family
 from tigon.transformers._functions import with_globals
-from tigon.transformers._modules import ROPE, activation_of, experts_forward, experts_gate, mlp_class, norm_class
+from tigon.transformers._modules import (
+    activation_of,
+    experts_forward,
+    experts_gate,
+    mlp_class,
+    norm_class,
+    rope_functions,
+)
 from tigon.transformers._residual import fuse_residual_norm
 from tigon.transformers.attention import NAME as ATTENTION
 
@@ -89,7 +96,9 @@ def apply_class(
         _set(family, experts, "forward", experts_forward(_original(family, experts, "forward")))
         _set(family, experts, "_apply_gate", experts_gate(_original(family, experts, "_apply_gate")))
     if rope:
-        _set(family, mod, family.rope_fn, ROPE[family.rope])
+        for name, fn in rope_functions(family).items():
+            if name == family.rope_fn or hasattr(mod, name):  # mRoPE's apply-time merge only where a release has it
+                _set(family, mod, name, fn)
     if rms_norm:
         for layer in _decoder_layers(mod):
             fused = fuse_residual_norm(_original(family, layer, "forward"))
@@ -187,7 +196,7 @@ def apply_instance(
                 m.forward = types.MethodType(experts_forward(type(m).forward), m)
             counts["experts"] += 1
         if rope and mine(m, family.attention_cls):
-            forward = with_globals(type(m).forward, **{family.rope_fn: ROPE[family.rope]})
+            forward = with_globals(type(m).forward, **rope_functions(family))
             if forward is None:
                 warnings.warn(
                     f"tigon: cannot reroute {type(m).__name__}'s RoPE (its forward is not a plain "
