@@ -412,10 +412,12 @@ def assert_tigon_modules(name: str, model) -> None:
     """No module of the family that Tigon replaces is left (a VLM's vision tower aside)."""
     fam = FAMILIES[name]
     replaced = [fam.norm_cls] * (fam.norm is not None) + [fam.mlp_cls] * (fam.mlp is not None)
+    replaced += [fam.layer_norm] * (fam.layer_norm is not None)
+    ln_module = "torch.nn.modules.normalization" if fam.layer_norm == "LayerNorm" else fam.module
     left = [
         type(m).__name__
         for m in language_modules(model)
-        if type(m).__module__ == fam.module and type(m).__name__ in replaced
+        if type(m).__module__ in (fam.module, ln_module) and type(m).__name__ in replaced
     ]
     assert not left, left
     assert any(type(m).__name__.startswith("Tigon") for m in model.modules()) == bool(replaced)
@@ -902,6 +904,38 @@ def test_revert_restores_the_modeling_module(class_level):
         modeling.Qwen3MoeExperts.forward,
     ]
     assert all(a is b for a, b in zip(after, before))
+
+
+@pytest.mark.parametrize("name", ["stablelm", "nemotron"])
+def test_layer_norm_families_convert_and_revert(name, class_level):
+    """torch.nn.LayerNorm (StableLM, its per-head q/k norms too) and a family's own LayerNorm class (Nemotron's
+    1 + w) run Tigon's layer_norm as subclasses of what transformers built: same parameters and state dict; revert()
+    builds transformers' own again; patch() counts them."""
+    config = tiny_config(name)
+    if name == "stablelm":
+        config.qk_layernorm = True
+    ref = causal_lm_class(name)(config)
+    layer_norms = [m for m in ref.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert layer_norms and not any(type(m).__name__.startswith("Tigon") for m in layer_norms)
+    getattr(tt, f"apply_tigon_to_{name}")()
+    patched = causal_lm_class(name)(config)
+    ours = [m for m in patched.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(ours) == len(layer_norms) and all(type(m).__name__.startswith("Tigon") for m in ours)
+    assert patched.state_dict().keys() == ref.state_dict().keys()
+    patched.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 5, config.hidden_size)
+    with torch.no_grad():
+        for a, b in zip(ours, layer_norms, strict=True):
+            if a.weight is not None:
+                a.weight.add_(0.3)
+                b.weight.add_(0.3)
+            assert_close(a(x[..., : a.normalized_shape[0]]), b(x[..., : b.normalized_shape[0]]).double(), name="norm")
+    tt.revert(name)
+    again = causal_lm_class(name)(config)
+    assert not any(type(m).__name__.startswith("Tigon") for m in again.modules())
+    model = copy.deepcopy(ref)
+    tt.patch(model)
+    assert model.tigon_patched["layer_norm"] == len(layer_norms)
 
 
 def test_activation_without_kernel_keeps_transformers_mlp(class_level):

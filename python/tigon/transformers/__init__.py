@@ -6,8 +6,8 @@
     model = tigon.transformers.AutoTigonForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B")
 
 apply_tigon_to_<family>(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True,
-model=None, geglu=None, check_targets=False, attention=None): without model, rebinds the family's RMSNorm, MLP and
-apply_rotary_pos_emb in its transformers modeling module (and its MoE experts' gate and its ForCausalLM.forward), so build the model afterwards
+model=None, geglu=None, check_targets=False, attention=None): without model, rebinds the family's RMSNorm (or
+LayerNorm: rms_norm= switches the family's norms), MLP and apply_rotary_pos_emb in its transformers modeling module (and its MoE experts' gate and its ForCausalLM.forward), so build the model afterwards
 (RoPE, the experts' gate and the loss are looked up at call time: they switch for models already built too); with
 model=, replaces that model's modules in place (same parameters, same state dict) and reroutes its RoPE and loss
 only. swiglu switches the family's gated MLP, whatever its activation (geglu= is the same switch under Gemma's

@@ -26,6 +26,10 @@ class Family:
     # dX written over dY in the RMSNorm backward: only safe where no norm's output feeds a residual add directly
     # (pre-norm blocks). Sandwich norms (Gemma 2/3) and post-norms (OLMo 2) share dY with the residual branch.
     norm_in_place: bool = True
+    # LayerNorm families: the class Tigon's layer_norm takes over ("LayerNorm": torch.nn.LayerNorm as the modeling
+    # module builds it), and the offset added to its weight (Nemotron's LayerNorm1P: weight + 1)
+    layer_norm: str | None = None
+    layer_norm_offset: float = 0.0
     # "llama" (gate/up/down), "gemma" (GeGLU, no bias), "phi3" (fused gate_up), "falcon_h1" (config.mlp_multipliers
     # on the gate and the output), None
     mlp: str | None = "llama"
@@ -153,12 +157,37 @@ FAMILIES = {
         Family(
             "gpt_oss", "GptOss", ("gpt_oss",), norm="olmo2", mlp=None, rope="halves", experts=True, experts_gate=False
         ),
-        # LayerNorms (Cohere's without bias, Nemotron's 1 + w, nn.LayerNorm) and non-gated MLPs stay transformers'
-        Family("cohere", "Cohere", ("cohere",), norm=None, rope="interleaved", logit_scale="logit_scale"),
-        Family("cohere2", "Cohere2", ("cohere2",), norm=None, rope="interleaved", logit_scale="logit_scale"),
-        Family("nemotron", "Nemotron", ("nemotron",), norm=None, mlp=None),
-        Family("starcoder2", "Starcoder2", ("starcoder2",), norm=None, mlp=None),
-        Family("stablelm", "StableLm", ("stablelm",), norm=None),
+        # LayerNorm families (Cohere's without bias in fp32, Nemotron's 1 + w, nn.LayerNorm); non-gated MLPs stay
+        # transformers'
+        Family(
+            "cohere",
+            "Cohere",
+            ("cohere",),
+            norm=None,
+            layer_norm="CohereLayerNorm",
+            rope="interleaved",
+            logit_scale="logit_scale",
+        ),
+        Family(
+            "cohere2",
+            "Cohere2",
+            ("cohere2",),
+            norm=None,
+            layer_norm="Cohere2LayerNorm",
+            rope="interleaved",
+            logit_scale="logit_scale",
+        ),
+        Family(
+            "nemotron",
+            "Nemotron",
+            ("nemotron",),
+            norm=None,
+            layer_norm="NemotronLayerNorm1P",
+            layer_norm_offset=1.0,
+            mlp=None,
+        ),
+        Family("starcoder2", "Starcoder2", ("starcoder2",), norm=None, layer_norm="LayerNorm", mlp=None),
+        Family("stablelm", "StableLm", ("stablelm",), norm=None, layer_norm="LayerNorm"),
         # Mamba-2 mixer, its gated norm and the muP multipliers outside the MLP stay transformers'; one norm feeds both
         # the mixer and the attention, so norms out of place
         Family(

@@ -1,5 +1,5 @@
-"""The Tigon pieces that stand in for a family's modules: RMSNorm and MLP classes with the family's constructor
-signature, apply_rotary_pos_emb with transformers' signature, and the MoE experts' forward and gate."""
+"""The Tigon pieces that stand in for a family's modules: RMSNorm, LayerNorm and MLP classes with the family's
+constructor signature, apply_rotary_pos_emb with transformers' signature, and the MoE experts' forward and gate."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import warnings
 import torch
 
 from tigon.nn.rms_norm import RMSNorm
+from tigon.ops.layer_norm import layer_norm as _tigon_layer_norm
 from tigon.ops.rope import rope as _tigon_rope
 from tigon.ops.rope import rope_projections as _rope_projections
 from tigon.ops.rope import rotates_in_place as _rotates_in_place
@@ -56,6 +57,40 @@ def norm_class(family: Family) -> type:
             return self.variance_epsilon
 
     return _register(FamilyRMSNorm, name)
+
+
+def layer_norm_base(family: Family, mod) -> type:
+    """The LayerNorm class the family's modeling module builds (torch.nn.LayerNorm where it names none of its own)."""
+    return torch.nn.LayerNorm if family.layer_norm == "LayerNorm" else getattr(mod, family.layer_norm)
+
+
+def layer_norm_class(family: Family, base: type) -> type:
+    """A subclass of the family's LayerNorm class (base) whose forward is Tigon's layer_norm: the same constructor,
+    parameters, state dict and initialisation. What the kernel does not take keeps base's forward: weights of more
+    than one dimension (Cohere's per-head q/k norms), other dtypes or devices, and torch.nn.LayerNorm-based classes
+    under autocast (whose dtype rules are autocast's)."""
+    name = f"Tigon{family.prefix}LayerNorm"
+    if name in globals():
+        return globals()[name]
+    offset, autocast_sensitive = family.layer_norm_offset, issubclass(base, torch.nn.LayerNorm)
+
+    class FamilyLayerNorm(base):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            weight, bias = getattr(self, "weight", None), getattr(self, "bias", None)
+            eps = self.variance_epsilon if hasattr(self, "variance_epsilon") else self.eps
+            if (
+                len(getattr(self, "normalized_shape", (0,))) != 1
+                or (weight is not None and (weight.dim() != 1 or weight.shape[0] != x.shape[-1]))
+                or x.dtype not in FLOAT_DTYPES
+                or x.device.type not in ("cpu", "cuda")
+                or (autocast_sensitive and torch.is_autocast_enabled(x.device.type))
+            ):
+                return super().forward(x)
+            if offset and weight is not None:
+                weight = weight + offset  # rounded to the weight's dtype, as the family's own forward does
+            return _tigon_layer_norm(x, weight, bias, eps)
+
+    return _register(FamilyLayerNorm, name)
 
 
 def activation_of(config, family: Family) -> str | None:

@@ -5,6 +5,7 @@ modeling module is ever rebound."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import types
@@ -19,6 +20,8 @@ from tigon.transformers._modules import (
     activation_of,
     experts_forward,
     experts_gate,
+    layer_norm_base,
+    layer_norm_class,
     mlp_class,
     norm_class,
     rope_functions,
@@ -84,10 +87,16 @@ def apply_class(
     revert(family.name)  # each call states the whole patch: options left off are transformers' again
     mod = importlib.import_module(family.module)
     p = family.prefix
+    layer_norm = rms_norm and family.layer_norm is not None
     rms_norm, rope = rms_norm and family.norm is not None, rope and family.rope is not None
     # transformers releases differ in which classes a VLM's modeling module defines (some import Qwen2's)
     if rms_norm and hasattr(mod, family.norm_cls):
         _set(family, mod, family.norm_cls, norm_class(family))
+    if layer_norm and family.layer_norm != "LayerNorm":
+        _set(family, mod, family.layer_norm, layer_norm_class(family, layer_norm_base(family, mod)))
+    elif layer_norm:  # torch.nn.LayerNorm itself: the module's classes convert their own after construction
+        for cls in _module_classes(mod):
+            _set(family, cls, "__init__", _converting_init(_original(family, cls, "__init__"), family))
     if swiglu and family.mlp and hasattr(mod, family.mlp_cls):
         _set(family, mod, family.mlp_cls, mlp_class(family, _original(family, mod, family.mlp_cls)))
     experts = getattr(mod, f"{p}Experts", None)  # older transformers may run the family's experts inline
@@ -111,6 +120,29 @@ def apply_class(
         f"{family.module}.{attr if owner is mod else owner.__name__ + '.' + attr}"
         for owner, attr in _saved.get(family.name, {})
     ]
+
+
+def _module_classes(mod) -> list[type]:
+    """The torch modules the modeling module defines."""
+    return [
+        c
+        for c in vars(mod).values()
+        if isinstance(c, type) and issubclass(c, torch.nn.Module) and c.__module__ == mod.__name__
+    ]
+
+
+def _converting_init(init, family: Family):
+    """__init__ that runs init, then turns the torch.nn.LayerNorm modules it built into the family's Tigon class."""
+    cls = layer_norm_class(family, torch.nn.LayerNorm)
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        for m in self.modules():  # per-head norms sit inside a ModuleList
+            if type(m) is torch.nn.LayerNorm:
+                m.__class__ = cls
+
+    return __init__
 
 
 def _decoder_layers(mod) -> list[type]:
@@ -172,9 +204,11 @@ def apply_instance(
     mod = importlib.import_module(family.module)
     p = family.prefix
     mine = lambda m, name: type(m).__module__ == family.module and type(m).__name__ == name  # noqa: E731
-    counts = {"rms_norm": 0, "mlp": 0, "experts": 0, "rope": 0, "residual_norm": 0, "loss": 0}
+    counts = {"rms_norm": 0, "layer_norm": 0, "mlp": 0, "experts": 0, "rope": 0, "residual_norm": 0, "loss": 0}
+    layer_norm = rms_norm and family.layer_norm is not None
     rms_norm, rope = rms_norm and family.norm is not None, rope and family.rope is not None
     norm_cls = norm_class(family) if rms_norm else None
+    ln_base = layer_norm_base(family, mod) if layer_norm else None
     # a VLM's vision tower stays transformers' even where it shares a class with the language model
     vision = {id(m) for n, c in model.named_modules() if n.rpartition(".")[2] in _VISION for m in c.modules()}
     for parent in list(model.modules()):
@@ -184,6 +218,9 @@ def apply_instance(
             new = None
             if rms_norm and mine(child, family.norm_cls):
                 new, kind = _new_norm(child, norm_cls), "rms_norm"
+            elif layer_norm and type(child) is ln_base:  # the same module, its forward Tigon's
+                child.__class__ = layer_norm_class(family, ln_base)
+                counts["layer_norm"] += 1
             elif swiglu and family.mlp and mine(child, family.mlp_cls):
                 new, kind = _new_mlp(child, family, model.config), "mlp"
             if new is not None:
