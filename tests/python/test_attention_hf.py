@@ -171,6 +171,7 @@ def tokens(config, batch=BATCH, seq=SEQ, seed=1, device="cpu"):
 # attention Tigon's op does not take, so these run on the fallback (tested with the fallbacks, not here)
 FALLS_BACK = {
     "deepseek_v3": "MLA's query and value head dims differ",
+    "deepseek_v2": "MLA's query and value head dims differ",
     "gpt_oss": "attention sinks",
     "llama4": "chunked attention's dense 4-D masks",
 }

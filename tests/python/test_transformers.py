@@ -137,6 +137,18 @@ CONFIGS = {
         "DeepseekV3Config",
         dict(DEEPSEEK_MLA, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, **DEEPSEEK_MOE),
     ),
+    "deepseek_v2": (  # MLA with RoPE as complex pairs, dense first layer, 4 experts top-2 beside a shared one
+        "DeepseekV2Config",
+        dict(
+            DEEPSEEK_MLA,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            moe_intermediate_size=32,
+            num_key_value_heads=4,
+        ),
+    ),
     "gpt_oss": (
         "GptOssConfig",
         dict(
@@ -302,7 +314,8 @@ CHAOTIC_GRAD_TOL = 2
 # roundings (not torch's) move them. Its one-step gradients match at fp32's tolerance; Mixtral and DeepSeek-V3 train
 # the fused experts here.
 CHAOTIC_TRAINING = {**CHAOTIC, "qwen3_moe": "tiny Qwen3-MoE is chaotic: a 1e-7 weight change moves its losses by 4e-3"}
-COMPILED = [p for p in FULL if p.values[0] != "deepseek_v3"]  # MoE tracing is Qwen3-MoE's and Mixtral's test
+# MoE tracing is Qwen3-MoE's and Mixtral's test
+COMPILED = [p for p in FULL if p.values[0] not in ("deepseek_v3", "deepseek_v2")]
 
 
 def tiny_config(name: str):

@@ -98,6 +98,7 @@ apply_tigon_to_olmo3 = _entry("olmo3")
 apply_tigon_to_glm = _entry("glm")
 apply_tigon_to_glm4 = _entry("glm4")
 apply_tigon_to_deepseek_v3 = _entry("deepseek_v3")
+apply_tigon_to_deepseek_v2 = _entry("deepseek_v2")  # MLA with complex RoPE; its router stays transformers'
 apply_tigon_to_helium = _entry("helium")
 apply_tigon_to_seed_oss = _entry("seed_oss")
 apply_tigon_to_ernie4_5 = _entry("ernie4_5")

@@ -36,7 +36,7 @@ class Family:
     # "llama": rotate-half pairs (i, i + R/2); "glm": adjacent pairs (2i, 2i + 1), each pair's angle from the first
     # half of the table (GLM's repeat_interleave); "interleaved": adjacent pairs on the table as given (Cohere);
     # "halves": rotate-half with a half-width table (GPT-OSS); "complex": adjacent pairs turned by a complex table
-    # (Llama 4's freqs_cis); None: transformers' own
+    # (Llama 4's freqs_cis; "complex_heads_first": DeepSeek-V2's, on [B, H, T, D]); None: transformers' own
     rope: str | None = "llama"
     rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's name for it
     # mRoPE (Qwen2-VL, Qwen2.5-VL): transformers releases that merge the temporal, height and width sections into the
@@ -139,6 +139,15 @@ FAMILIES = {
         Family("glm4", "Glm4", ("glm4",), norm_in_place=False, mlp="phi3", rope="glm"),  # sandwich norms
         # MLA attention; its RoPE is Llama's where config.rope_interleave is False (otherwise transformers' own)
         Family("deepseek_v3", "DeepseekV3", ("deepseek_v3",), experts=True),
+        # MLA attention whose RoPE turns complex pairs (Llama 4's rotation, heads first); its router stays
+        Family(
+            "deepseek_v2",
+            "DeepseekV2",
+            ("deepseek_v2",),
+            rope="complex_heads_first",
+            rope_fn="apply_rotary_emb",
+            experts=True,
+        ),
         Family("helium", "Helium", ("helium",), mlp_bias="mlp_bias", rope="glm"),  # GLM's adjacent pairs
         Family("seed_oss", "SeedOss", ("seed_oss",), mlp=None),  # the MLP ends in a residual dropout: kept as it is
         Family("ernie4_5", "Ernie4_5", ("ernie4_5",), mlp_bias="use_bias", rope="glm"),

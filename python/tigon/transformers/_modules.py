@@ -205,17 +205,27 @@ def apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim
     return _rope(q, k, cos, sin, unsqueeze_dim, interleaved=False)
 
 
-def apply_rotary_emb_complex(xq, xk, freqs_cis):
-    """Llama 4's apply_rotary_emb: [B, T, H, D] q and k as complex pairs (2i, 2i + 1) times freqs_cis[..., i] in fp32,
-    one rounding back. A complex product is the interleaved rotation by the table's angle (its real part the cos, its
-    imaginary part the sin, each once per pair), as one Tigon kernel."""
+def _rotary_emb_complex(xq, xk, freqs_cis, unsqueeze_dim: int):
     if not freqs_cis.is_complex() or freqs_cis.dim() != 3:
         raise ValueError(
             f"apply_rotary_emb: argument 'freqs_cis' must be a complex [B, T, D/2] tensor, got {freqs_cis.dtype} "
             f"{tuple(freqs_cis.shape)}"
         )
     cos, sin = freqs_cis.real.repeat_interleave(2, -1), freqs_cis.imag.repeat_interleave(2, -1)
-    return _rope(xq, xk, cos.float(), sin.float(), 2, interleaved=True)
+    return _rope(xq, xk, cos.float(), sin.float(), unsqueeze_dim, interleaved=True)
+
+
+def apply_rotary_emb_complex(xq, xk, freqs_cis):
+    """Llama 4's apply_rotary_emb: [B, T, H, D] q and k as complex pairs (2i, 2i + 1) times freqs_cis[..., i] in fp32,
+    one rounding back. A complex product is the interleaved rotation by the table's angle (its real part the cos, its
+    imaginary part the sin, each once per pair), as one Tigon kernel."""
+    return _rotary_emb_complex(xq, xk, freqs_cis, 2)
+
+
+def apply_rotary_emb_complex_heads_first(xq, xk, freqs_cis):
+    """DeepSeek-V2's apply_rotary_emb: Llama 4's complex rotation on [B, H, T, D] q and k (k a single latent head
+    beside q's heads)."""
+    return _rotary_emb_complex(xq, xk, freqs_cis, 1)
 
 
 def apply_rotary_pos_emb_single(x, cos, sin, unsqueeze_dim=1):
@@ -235,6 +245,7 @@ def apply_rotary_pos_emb_single(x, cos, sin, unsqueeze_dim=1):
 ROPE = {
     "single": apply_rotary_pos_emb_single,
     "complex": apply_rotary_emb_complex,
+    "complex_heads_first": apply_rotary_emb_complex_heads_first,
     "llama": apply_rotary_pos_emb,
     "glm": apply_rotary_pos_emb_glm,
     "interleaved": apply_rotary_pos_emb_interleaved,
