@@ -1,7 +1,7 @@
 """Multi-token attention's score convolution (tigon.ops.multi_token_attention, tigon.nn.MultiTokenAttention) and the
 causal softmax / sparsemax under it, against float64 references: outputs, the gradients of scores, weight and bias,
-softmax and sparsemax, groups, padding, stride and dilation, torch.compile(fullgraph=True), bad input naming the
-argument."""
+softmax and sparsemax, groups, padding, stride and dilation, torch.compile(fullgraph=True), CUDA-graph replay, bad
+input naming the argument."""
 
 import pytest
 import torch
@@ -154,6 +154,36 @@ def test_torch_compile_fullgraph_equals_eager(device):
     torch.testing.assert_close(compiled, eager)
     for a, b in zip(g_compiled, g_eager, strict=True):
         torch.testing.assert_close(a, b)
+
+
+@needs_cuda
+def test_cuda_graph_replay_equals_eager():
+    """Forward and backward captured once, replayed on fresh scores: what eager gives for them (cuDNN's convolution
+    algorithms may sum in another order, so fp32's tolerance, not bits)."""
+    weight = (torch.randn(8, 1, 3, 3, device="cuda") * 0.3).requires_grad_()
+    static = torch.randn(2, 8, 64, 64, device="cuda", requires_grad=True)
+    dy = torch.randn(2, 8, 64, 64, device="cuda")
+
+    def step(s):
+        out = tigon.ops.multi_token_attention(s, weight, None, 1, 1, 1, 8)
+        return (out, *torch.autograd.grad(out, (s, weight), dy))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside capture
+        step(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step(static)
+    for _ in range(2):
+        fresh = torch.randn_like(static)
+        with torch.no_grad():
+            static.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        for name, a, b in zip(("out", "dscores", "dweight"), captured, step(fresh.requires_grad_()), strict=True):
+            assert_close(a, b.double(), name=name)
 
 
 def test_bad_input_names_the_argument():
