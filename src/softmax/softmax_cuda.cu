@@ -51,7 +51,7 @@ __device__ __forceinline__ int64_t row_step() { return int64_t(gridDim.x) * bloc
 
 // Forward, a row in registers: thread x of a row holds vectors x, x + tpr, ... (kNv at most). The max and the sum
 // take one barrier each (row_max_once and row_sums<1>, a buffer each). Causal: vectors wholly past the mask are not
-// loaded, and their zeros are still stored.
+// loaded, the mask is applied once every load is in flight, and the masked zeros are still stored.
 template <class T, bool Causal>
 __global__ void fwd_cached(const Args a) {
   constexpr int V = 16 / sizeof(T);
@@ -70,8 +70,9 @@ __global__ void fwd_cached(const Args a) {
     for (int i = 0; i < kNv; ++i) {
       const int64_t c = (threadIdx.x + int64_t(i) * blockDim.x) * V;
       cuda::load_vec_if<T, V>(live[i] && (!Causal || c < n), x + int64_t(i) * blockDim.x * V, v[i], -INFINITY);
-      mask_tail<Causal>(v[i], c, n);
     }
+#pragma unroll
+    for (int i = 0; i < kNv; ++i) mask_tail<Causal>(v[i], (threadIdx.x + int64_t(i) * blockDim.x) * V, n);
     float m = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kNv; ++i)
