@@ -3,6 +3,7 @@ replaced (logging at INFO, model.tigon_patched), check_targets reaches the patch
 transformers.Trainer's model, whose losses under gradient accumulation then match the unpatched Trainer's (CPU, a
 tiny random Llama, no downloads)."""
 
+import inspect
 import logging
 
 import pytest
@@ -231,3 +232,21 @@ def test_fuse_residual_norm_leaves_other_forwards_alone():
 
     assert fuse_residual_norm(post_norm) is None
     assert fuse_residual_norm(len) is None  # no Python source
+
+
+def test_rewritten_forwards_run_in_unnamed_copies_of_their_globals():
+    # torch.compile before 2.12 reads a global of a function whose globals name a module from that module itself: a
+    # name only the copy has would be missing there, and a replaced one would have its original value
+    from transformers.models.llama import modeling_llama
+
+    from tigon.transformers._functions import with_globals
+    from tigon.transformers._residual import fuse_residual_norm
+
+    original = modeling_llama.LlamaDecoderLayer.forward
+    marker = object()
+    for copy in (fuse_residual_norm(original), with_globals(original, apply_rotary_pos_emb=marker)):
+        inner = inspect.unwrap(copy)
+        assert "__name__" not in inner.__globals__ and inner.__globals__ is not vars(modeling_llama)
+        assert inner.__globals__["LlamaMLP"] is modeling_llama.LlamaMLP
+        assert copy.__module__ == inner.__module__ == original.__module__
+    assert inspect.unwrap(copy).__globals__["apply_rotary_pos_emb"] is marker

@@ -39,11 +39,20 @@ def with_globals(fn, **names):
     Returns None where fn is not a plain (possibly wrapped) Python function."""
 
     def copy(inner):
-        scope = dict(inner.__globals__)
-        scope.update(names)
+        scope = copied_globals(inner, **names)
         return types.FunctionType(inner.__code__, scope, inner.__name__, inner.__defaults__, inner.__closure__)
 
     return rewrap(fn, copy)
+
+
+def copied_globals(fn, **names) -> dict:
+    """A copy of fn's module globals with `names` added or replaced, for a rewritten copy of fn to run in. The copy has
+    no __name__: torch.compile resolves a global of a function whose globals hold a module name through that module
+    (torch < 2.12 without checking that they are its globals), where a name only the copy has is missing and a
+    replaced one has its original value; without it, the copy's own dict is what its guards read."""
+    scope = {k: v for k, v in fn.__globals__.items() if k != "__name__"}
+    scope.update(names)
+    return scope
 
 
 def _cell_value(cell):

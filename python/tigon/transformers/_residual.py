@@ -22,7 +22,7 @@ import torch
 
 from tigon.nn.rms_norm import RMSNorm
 from tigon.ops.rms_norm import add_rms_norm
-from tigon.transformers._functions import rewrap
+from tigon.transformers._functions import copied_globals, rewrap
 
 _NAME = "__tigon_add_norm__"
 _PATTERN = [
@@ -87,8 +87,7 @@ def _fuse(inner):
     fdef.decorator_list = []  # the wrappers are rebuilt around the copy below, not applied again
     ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, inner.__code__.co_firstlineno - 1)
-    scope = dict(inner.__globals__)
-    scope[_NAME] = add_norm
+    scope = copied_globals(inner, **{_NAME: add_norm})
     names: dict = {}
     try:  # annotations stay strings (never evaluated: some name types imported only for type checkers)
         code = compile(tree, inner.__code__.co_filename, "exec", flags=__future__.annotations.compiler_flag)
