@@ -17,10 +17,13 @@ struct FwdProblem {
   int activation = TIGON_ACT_NONE;
 };
 
+// The backward kernels' activation code for RELU2 differentiated from its output (2 sqrt(y), not 2 x).
+constexpr int kActRelu2FromOutput = 0x100 | TIGON_ACT_RELU2;
+
 // dx = dy * act'(saved), rounded once; saved is the input, or for RELU and NONE either the input or the output.
 struct BwdProblem {
-  RowMatrix dy, saved, dx;  // dx.data nullptr: not written (only the column sums)
-  int activation = TIGON_ACT_NONE;
+  RowMatrix dy, saved, dx;          // dx.data nullptr: not written (only the column sums)
+  int activation = TIGON_ACT_NONE;  // or kActRelu2FromOutput (saved is RELU2's output)
   // Optional column sums of dx's values (linear + activation's bias gradient): fp32 partial rows written by the CUDA
   // path ([partial_rows(rows, cols, dtype), cols] in the workspace), for common/column_sum to add in a fixed order.
   float* partial = nullptr;

@@ -11,15 +11,15 @@ namespace tigon::activation {
 namespace {
 
 void check_params(const tigon_activation_params& params, bool backward) {
-  if (params.activation < TIGON_ACT_NONE || params.activation > TIGON_ACT_SILU)
-    fail_arg("activation", "must be 0 (none), 1 (relu), 2 (gelu_erf), 3 (gelu_tanh) or 4 (silu), got ",
+  if (params.activation < TIGON_ACT_NONE || params.activation > TIGON_ACT_RELU2)
+    fail_arg("activation", "must be 0 (none), 1 (relu), 2 (gelu_erf), 3 (gelu_tanh), 4 (silu) or 5 (relu2), got ",
              params.activation);
   if (params.saved_output != 0 && params.saved_output != 1)
     fail_arg("saved_output", "must be 0 or 1, got ", params.saved_output);
   if (backward && params.saved_output == 1 && params.activation != TIGON_ACT_RELU &&
-      params.activation != TIGON_ACT_NONE)
+      params.activation != TIGON_ACT_RELU2 && params.activation != TIGON_ACT_NONE)
     fail_arg("saved_output",
-             "the derivative of this activation needs its input (only relu and none can be "
+             "the derivative of this activation needs its input (only relu, relu2 and none can be "
              "differentiated from their output)");
 }
 
@@ -72,7 +72,8 @@ tigon_status_t tigon_activation_bwd(const tigon_tensor* dy, const tigon_tensor* 
     p.dx = rows_like(dx, "dx", *dy, "dy", p.dy);
     check_exact_alias(p.dx, "dx", p.dy, "dy");
     check_exact_alias(p.dx, "dx", p.saved, "saved");
-    p.activation = params.activation;
+    p.activation =
+        params.activation == TIGON_ACT_RELU2 && params.saved_output ? kActRelu2FromOutput : params.activation;
     if (p.dy.rows == 0 || p.dy.cols == 0) return;
     if (is_cuda(*dy)) {
       TIGON_ON_CUDA(*dy, bwd_cuda(p, stream));

@@ -39,10 +39,18 @@ void fwd_act(const FwdArgs& a, const Launch& l, cudaStream_t s) {
   }
 }
 
+// The column sums serve linear + activation, whose activations end at SILU: the squared ReLU's kernels have none.
+constexpr bool has_sums(int act) { return act <= TIGON_ACT_SILU; }
+
 template <class T, int Act>
 void bwd_act(const BwdArgs& a, const Launch& l, cudaStream_t s) {
   constexpr int V = 16 / sizeof(T);
-  if (a.partial) {
+  if constexpr (!has_sums(Act)) {
+    if (l.vec)
+      kern::act_bwd_kernel<T, Act, V, false><<<l.grid, l.block, 0, s>>>(a);
+    else
+      kern::act_bwd_kernel<T, Act, 1, false><<<l.grid, l.block, 0, s>>>(a);
+  } else if (a.partial) {
     if (l.vec)
       kern::act_bwd_kernel<T, Act, V, true><<<l.grid, l.block, 0, s>>>(a);
     else
@@ -62,6 +70,7 @@ void bwd_act(const BwdArgs& a, const Launch& l, cudaStream_t s) {
     case TIGON_ACT_GELU_ERF: F<T, TIGON_ACT_GELU_ERF>(__VA_ARGS__); break;   \
     case TIGON_ACT_GELU_TANH: F<T, TIGON_ACT_GELU_TANH>(__VA_ARGS__); break; \
     case TIGON_ACT_SILU: F<T, TIGON_ACT_SILU>(__VA_ARGS__); break;           \
+    case TIGON_ACT_RELU2: F<T, TIGON_ACT_RELU2>(__VA_ARGS__); break;         \
     default: F<T, TIGON_ACT_NONE>(__VA_ARGS__);                              \
   }
 
@@ -82,7 +91,11 @@ void bwd_cuda(const BwdProblem& p, void* stream) {
   const bool vec = vectorizable({&p.dy, &p.saved, &p.dx});
   const Launch l = p.partial ? sum_plan(p.dy, vec) : row_launch(p.dy, vec);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  TIGON_SWITCH_FLOAT(p.dy.dtype, T, TIGON_SWITCH_ACT(p.activation, bwd_act, T, a, l, s));
+  if (p.activation == kActRelu2FromOutput) {
+    TIGON_SWITCH_FLOAT(p.dy.dtype, T, (bwd_act<T, kActRelu2FromOutput>(a, l, s)));
+  } else {
+    TIGON_SWITCH_FLOAT(p.dy.dtype, T, TIGON_SWITCH_ACT(p.activation, bwd_act, T, a, l, s));
+  }
   TIGON_CUDA_CHECK_LAUNCH();
 }
 

@@ -84,7 +84,12 @@ __global__ void act_bwd_kernel(BwdArgs p) {
       load_vec<T, V>(dyp, dy);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      dx[j] = Act == TIGON_ACT_NONE ? dy[j] : round_to<T>(cuda::act_bwd<Act>(s[j], dy[j]));
+      if constexpr (Act == TIGON_ACT_NONE)
+        dx[j] = dy[j];
+      else if constexpr (Act == kActRelu2FromOutput)
+        dx[j] = round_to<T>(cuda::act_bwd_relu2_from_output(s[j], dy[j]));
+      else
+        dx[j] = round_to<T>(cuda::act_bwd<Act>(s[j], dy[j]));
       if constexpr (Sum) sum[j] += dx[j];
     }
     if (p.dx) store_vec<T, V>(static_cast<T*>(p.dx) + row * p.dx_stride + col, dx);

@@ -1,5 +1,7 @@
 // Pointwise activation CPU reference: the activation and its derivative in fp64 (common/activation_math.h), rounded
 // once to the dtype. Every element is read before it is written, so exact aliases (in place) are safe.
+#include <cmath>
+
 #include "activation/activation.h"
 #include "common/activation_math.h"
 #include "common/host_float.h"
@@ -23,8 +25,12 @@ void fwd_cpu(const FwdProblem& p) {
 void bwd_cpu(const BwdProblem& p) {
   if (!p.dx.data) return;
   for (int64_t r = 0; r < p.dy.rows; ++r)
-    for (int64_t c = 0; c < p.dy.cols; ++c)
-      put(p.dx, r, c, elem(p.dy, r, c) * activation_ref(p.activation, elem(p.saved, r, c)).grad);
+    for (int64_t c = 0; c < p.dy.cols; ++c) {
+      const double s = elem(p.saved, r, c);
+      const double grad = p.activation == kActRelu2FromOutput ? (s > 0 ? 2.0 * std::sqrt(s) : 0.0)
+                                                              : activation_ref(p.activation, s).grad;
+      put(p.dx, r, c, elem(p.dy, r, c) * grad);
+    }
 }
 
 }  // namespace tigon::activation

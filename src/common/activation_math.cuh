@@ -20,6 +20,9 @@ template <int Act>
 __device__ __forceinline__ float act_fwd(float x) {
   if constexpr (Act == TIGON_ACT_RELU) {
     return x > 0.f ? x : 0.f;
+  } else if constexpr (Act == TIGON_ACT_RELU2) {  // torch's relu then square: x * x of the (exact) relu, one rounding
+    const float r = x > 0.f ? x : 0.f;
+    return r * r;
   } else if constexpr (Act == TIGON_ACT_SILU) {
     return x / (1.f + expf(-x));
   } else if constexpr (Act == TIGON_ACT_GELU_TANH) {
@@ -33,11 +36,14 @@ __device__ __forceinline__ float act_fwd(float x) {
   }
 }
 
-// dy · act'(x). For RELU and NONE, x may be the output as well (the sign is the same).
+// dy · act'(x). For RELU and NONE, x may be the output as well (the sign is the same); RELU2's derivative from its
+// output is act_bwd_relu2_from_output.
 template <int Act>
 __device__ __forceinline__ float act_bwd(float x, float dy) {
   if constexpr (Act == TIGON_ACT_RELU) {
     return x > 0.f ? dy : 0.f;
+  } else if constexpr (Act == TIGON_ACT_RELU2) {  // torch's square backward, dy * (2 x), then relu's mask
+    return x > 0.f ? dy * (2.f * x) : 0.f;
   } else if constexpr (Act == TIGON_ACT_SILU) {
     const float sigmoid = 1.f / (1.f + expf(-x));
     return dy * sigmoid * (1.f + x * (1.f - sigmoid));
@@ -58,6 +64,11 @@ __device__ __forceinline__ float act_bwd(float x, float dy) {
   } else {
     return dy;
   }
+}
+
+// dy · 2 sqrt(y): the squared ReLU's derivative from its output y = relu(x)^2 (0 where y is 0).
+__device__ __forceinline__ float act_bwd_relu2_from_output(float y, float dy) {
+  return y > 0.f ? dy * (2.f * sqrtf(y)) : 0.f;
 }
 
 }  // namespace tigon::cuda

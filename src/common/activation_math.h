@@ -21,6 +21,7 @@ inline ActAndGrad activation_ref(int kind, double x) {
   constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
   switch (kind) {
     case TIGON_ACT_RELU: return {x > 0 ? x : 0.0, x > 0 ? 1.0 : 0.0};
+    case TIGON_ACT_RELU2: return {x > 0 ? x * x : 0.0, x > 0 ? 2.0 * x : 0.0};
     case TIGON_ACT_SILU: {
       const double s = 1.0 / (1.0 + std::exp(-x));
       return {x * s, s * (1.0 + x * (1.0 - s))};

@@ -18,6 +18,7 @@ inline const char* act_name(int act) {
     case TIGON_ACT_GELU_ERF: return "gelu_erf";
     case TIGON_ACT_GELU_TANH: return "gelu_tanh";
     case TIGON_ACT_SILU: return "silu";
+    case TIGON_ACT_RELU2: return "relu2";
     default: return "none";
   }
 }
@@ -28,6 +29,7 @@ inline double naive_act(int act, double x) {
   const double pi = 3.14159265358979323846;
   switch (act) {
     case TIGON_ACT_RELU: return x > 0 ? x : 0;
+    case TIGON_ACT_RELU2: return x > 0 ? x * x : 0;
     case TIGON_ACT_SILU: return x / (1.0 + std::exp(-x));
     case TIGON_ACT_GELU_TANH: return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (x + 0.044715 * x * x * x)));
     case TIGON_ACT_GELU_ERF: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));

@@ -47,8 +47,9 @@ TEST_P(ActivationCuda, MatchesReference) {
   expect_close(gy.fetch(), ry, "y");
   expect_close(gdx.fetch(), rdx, "dx");
 
-  // In place (y over x, dx over dy; ReLU and NONE from the output): the same bits as out of place.
-  const bool from_output = act == TIGON_ACT_RELU || act == TIGON_ACT_NONE;
+  // In place (y over x, dx over dy; ReLU, RELU2 and NONE from the output): the same bits as out of place (the
+  // squared ReLU's derivative from its output within the dtype's tolerance of the one from its input).
+  const bool from_output = act == TIGON_ACT_RELU || act == TIGON_ACT_RELU2 || act == TIGON_ACT_NONE;
   HostMat x_copy = x;
   DevMat gx2(x_copy);
   ASSERT_EQ(tigon_activation_fwd(gx2.view(), gx2.view(), {act, 0}, nullptr), TIGON_SUCCESS);
@@ -58,7 +59,15 @@ TEST_P(ActivationCuda, MatchesReference) {
       << tigon_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(worst_ratio(gx2.fetch(), gy.fetch(), 0, 0), 0.0) << "y over x";
-  EXPECT_EQ(worst_ratio(gdy.fetch(), gdx.fetch(), 0, 0), 0.0) << "dx over dy";
+  if (act == TIGON_ACT_RELU2) {
+    expect_close(gdy.fetch(), gdx.fetch(), "dx over dy, from the output");
+    // and within a rounding of the CPU reference's own derivative from the output
+    HostMat ry2 = ry, rdy = dy;
+    ASSERT_EQ(tigon_activation_bwd(rdy.view(), ry2.view(), rdy.view(), {act, 1}, nullptr), TIGON_SUCCESS);
+    expect_close(gdy.fetch(), rdy, "dx from the output vs the CPU reference");
+  } else {
+    EXPECT_EQ(worst_ratio(gdy.fetch(), gdx.fetch(), 0, 0), 0.0) << "dx over dy";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -70,7 +79,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{DType::kFloat32, TIGON_ACT_NONE, 7, 3000, 4}, Case{DType::kFloat32, TIGON_ACT_SILU, 1000, 4, 0},
         // one element per thread: odd lengths, unaligned row strides, tiny rows
         Case{DType::kBFloat16, TIGON_ACT_RELU, 3, 1001, 0}, Case{DType::kFloat16, TIGON_ACT_SILU, 35, 33, 0},
-        Case{DType::kBFloat16, TIGON_ACT_GELU_ERF, 6, 4096, 1}, Case{DType::kFloat32, TIGON_ACT_GELU_TANH, 1, 1, 0}),
+        Case{DType::kBFloat16, TIGON_ACT_GELU_ERF, 6, 4096, 1}, Case{DType::kFloat32, TIGON_ACT_GELU_TANH, 1, 1, 0},
+        // the squared ReLU: vectors, and one element per thread
+        Case{DType::kBFloat16, TIGON_ACT_RELU2, 64, 4096, 0}, Case{DType::kFloat16, TIGON_ACT_RELU2, 5, 1001, 0},
+        Case{DType::kFloat32, TIGON_ACT_RELU2, 9, 512, 3}),
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       return std::string(short_name(std::get<0>(c))) + "_" + act_name(std::get<1>(c)) + "_" +

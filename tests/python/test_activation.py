@@ -1,4 +1,4 @@
-"""tigon.ops.relu / gelu / silu and the tigon.nn activation modules against torch in float64: output and gradient for
+"""tigon.ops.relu / gelu / silu / relu_squared and the tigon.nn activation modules against torch in float64: output and gradient for
 every activation, dtype and in_place option, odd and strided shapes, torch.compile, bad input. The in-place safety
 rules (a saver of the overwritten input raises, leaves refused) are in test_in_place_safety.py."""
 
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import tigon
 from conftest import DEVICES
-from tigon.ops import gelu, relu, silu
+from tigon.ops import gelu, relu, relu_squared, silu
 from tolerances import assert_close
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -17,6 +17,7 @@ KINDS = {
     "gelu": (lambda x, **kw: gelu(x, **kw), F.gelu),
     "gelu_tanh": (lambda x, **kw: gelu(x, approximate="tanh", **kw), lambda x: F.gelu(x, approximate="tanh")),
     "silu": (lambda x, **kw: silu(x, **kw), F.silu),
+    "relu_squared": (lambda x, **kw: relu_squared(x, **kw), lambda x: F.relu(x) ** 2),
 }
 
 
@@ -114,6 +115,32 @@ def test_modules_are_drop_ins(device):
     assert torch.equal(tigon.nn.SiLU()(x.double()), F.silu(x.double()))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_relu_squared_module(device, inplace):
+    module = tigon.nn.ReLUSquared(inplace=inplace)
+    assert repr(module) == f"ReLUSquared({'inplace=True' if inplace else ''})"
+    leaf = torch.randn(6, 40, device=device, dtype=torch.bfloat16, requires_grad=True)
+    x = leaf * 1
+    y = module(x)
+    assert (y.data_ptr() == x.data_ptr()) == inplace
+    x64 = leaf.detach().double().requires_grad_()
+    y_ref = F.relu(x64) ** 2
+    assert_close(y, y_ref, torch.bfloat16, name="y")
+    dy = torch.randn_like(y)
+    assert_close(torch.autograd.grad(y, leaf, dy)[0], torch.autograd.grad(y_ref, x64, dy.double())[0], name="dx")
+    assert torch.equal(module(x64.detach()), F.relu(x64.detach()) ** 2)  # float64: torch's own
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_relu_squared_keeps_only_its_output(device):
+    # the one tensor saved is the output, whatever the input: no copy of x survives the forward
+    x = torch.randn(64, 256, device=device, dtype=torch.bfloat16, requires_grad=True) * 1
+    y = relu_squared(x)
+    saved = [t for t in y.grad_fn.saved_tensors]
+    assert len(saved) == 1 and saved[0].data_ptr() == y.data_ptr()
+
+
 @pytest.mark.parametrize(
     "fn,kwargs,exc,arg",
     [
@@ -122,6 +149,8 @@ def test_modules_are_drop_ins(device):
         (relu, dict(x=torch.ones(3, dtype=torch.int64)), TypeError, "'x'"),
         (gelu, dict(x=torch.randn(3), approximate="erf"), ValueError, "'approximate'"),
         (silu, dict(x=torch.randn(3, dtype=torch.float64)), TypeError, "'x'"),
+        (relu_squared, dict(x=torch.ones(3, dtype=torch.int64)), TypeError, "'x'"),
+        (relu_squared, dict(x=torch.randn(3), in_place="yes"), TypeError, "'in_place'"),
     ],
 )
 def test_bad_input_names_the_argument(fn, kwargs, exc, arg):

@@ -25,6 +25,7 @@ _RUNNERS = {
     "poly_norm": ("poly_norm", "run"),
     "rope": ("rope", "run"),
     "swiglu": ("swiglu", "run"),
+    "relu_squared": ("relu_squared", "run"),
     "linear_act": ("linear_act", "run"),
     "moe_experts": ("moe_experts", "run"),
     "conv2d_relu": ("conv2d", "run"),

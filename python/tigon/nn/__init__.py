@@ -1,6 +1,6 @@
 """Drop-in torch.nn modules backed by Tigon's ops."""
 
-from tigon.nn.activation import GELU, ReLU, SiLU
+from tigon.nn.activation import GELU, ReLU, ReLUSquared, SiLU
 from tigon.nn.conv2d import Conv2d
 from tigon.nn.cross_entropy import CrossEntropyLoss
 from tigon.nn.distill import JSD, KLDivLoss, TVDLoss
@@ -45,6 +45,7 @@ __all__ = [
     "TiledMLP",
     "TiledSwiGLUMLP",
     "ReLU",
+    "ReLUSquared",
     "SiLU",
     "Softmax",
     "Sparsemax",

@@ -1,5 +1,6 @@
 """Activation modules: torch.nn.ReLU, GELU and SiLU (subclasses: same constructors and attributes, ``inplace``
-included) running Tigon's pointwise kernels, whose in-place forms are safe under autograd (tigon.ops.activation)."""
+included) and the squared ReLU, running Tigon's pointwise kernels, whose in-place forms are safe under autograd
+(tigon.ops.activation)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ class SiLU(nn.SiLU):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ops.silu(x, in_place=self.inplace) if _ours(x) else super().forward(x)
+
+
+class ReLUSquared(nn.Module):
+    """relu(x) ** 2 (transformers' "relu2" activation, ReLUSquaredActivation); with inplace=True x is overwritten and
+    the backward keeps only the output."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _ours(x):
+            return ops.relu_squared(x, in_place=self.inplace)
+        return torch.square(torch.relu(x))
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""

@@ -1,6 +1,6 @@
 """Tigon's torch ops. Each op family has one module here; its kernels live in src/<op>/."""
 
-from tigon.ops.activation import gelu, relu, silu
+from tigon.ops.activation import gelu, relu, relu_squared, silu
 from tigon.ops.attention import flash_attention
 from tigon.ops.conv2d import conv2d
 from tigon.ops.cross_entropy import cross_entropy
@@ -51,6 +51,7 @@ __all__ = [
     "poly_norm",
     "quantize_rows",
     "relu",
+    "relu_squared",
     "rms_norm",
     "rope",
     "rope_one",

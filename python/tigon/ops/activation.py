@@ -1,9 +1,10 @@
-"""Pointwise activations as torch ops: relu, gelu and silu (tigon::activation_fwd / activation_fwd_ / activation_bwd),
-each with an ``in_place`` option that is safe under autograd.
+"""Pointwise activations as torch ops: relu, gelu, silu and the squared ReLU (tigon::activation_fwd / activation_fwd_ /
+activation_bwd), each with an ``in_place`` option that is safe under autograd.
 
 In place, the output is written over x and x is marked modified: an op that saved x for its own backward then raises
 torch's in-place error instead of computing a wrong gradient, and a leaf that requires grad is refused. ReLU keeps
-only its output for the backward (its derivative is the output's sign), so in place it needs no memory beyond x.
+only its output for the backward (its derivative is the output's sign), so in place it needs no memory beyond x; so
+does the squared ReLU (its derivative is 2 sqrt(y)), which in an MLP shares that output with the down projection.
 GELU and SiLU cannot be differentiated from their output (neither is monotonic), so when a gradient is needed their
 in-place forms keep a copy of the input, as torch's own in-place silu and gelu do; the memory then matches the
 out-of-place form, and in place saves memory only without autograd (inference). Under torch.compile with torch < 2.15
@@ -19,10 +20,12 @@ import torch
 from tigon import _lib
 from tigon.ops._common import compiling, in_place_fwd, refuse_leaf, rows_ok
 
-__all__ = ["relu", "gelu", "silu", "ACTIVATIONS", "activation_code"]
+__all__ = ["relu", "gelu", "silu", "relu_squared", "ACTIVATIONS", "activation_code"]
 
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}  # tigon_activation_t ("gelu": erf form)
+# tigon_activation_t ("gelu": erf form): the ones linear + activation and int8 take in their epilogues too
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 _NONE, _RELU = ACTIVATIONS["none"], ACTIVATIONS["relu"]
+_RELU2 = 5  # TIGON_ACT_RELU2: pointwise only
 
 
 def activation_code(activation, op: str) -> int:
@@ -111,7 +114,8 @@ def _bwd_fake(dy, saved, activation, saved_output):
 class _Activation(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, act, in_place):
-        from_output = act in (_RELU, _NONE)  # the derivative from the output's sign (NONE: no derivative to take)
+        # the derivative from the output (ReLU: its sign; the squared ReLU: 2 sqrt(y); NONE: no derivative to take)
+        from_output = act in (_RELU, _RELU2, _NONE)
         if in_place:
             keep = x.clone() if ctx.needs_input_grad[0] and not from_output else None
             if compiling():
@@ -168,3 +172,10 @@ def gelu(x: torch.Tensor, approximate: str = "none", in_place: bool = False) -> 
 def silu(x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """``F.silu(x)``. in_place=True writes over x; with a gradient to compute it keeps a copy of the input."""
     return _apply(x, ACTIVATIONS["silu"], in_place, "silu")
+
+
+def relu_squared(x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """``F.relu(x) ** 2``, the squared ReLU of Primer and Nemotron (transformers' "relu2"), in one pass each way where
+    torch takes two. The backward reads only the output (dx = dy * 2 sqrt(y), carrying y's rounding), so in_place=True
+    keeps nothing but x itself, and out of place the one tensor kept is the output that the next layer saves anyway."""
+    return _apply(x, _RELU2, in_place, "relu_squared")
