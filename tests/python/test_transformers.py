@@ -951,6 +951,45 @@ def test_layer_norm_families_convert_and_revert(name, class_level):
     assert model.tigon_patched["layer_norm"] == len(layer_norms)
 
 
+def test_nemotron_mlp_takes_the_squared_relu_kernel(class_level):
+    """Nemotron's non-gated MLP keeps its projections and runs Tigon's squared ReLU (in place), at class and instance
+    level; an activation without a Tigon kernel stays transformers' (with a warning); revert() builds its own again."""
+    from tigon.nn import ReLUSquared
+
+    config = tiny_config("nemotron")
+    assert config.hidden_act == "relu2"
+    ref = causal_lm_class("nemotron")(config)
+    mlps = [m for m in ref.modules() if type(m).__name__ == "NemotronMLP"]
+    tt.apply_tigon_to_nemotron()
+    patched = causal_lm_class("nemotron")(config)
+    acts = [m.act_fn for m in patched.modules() if type(m).__name__ == "NemotronMLP"]
+    assert len(acts) == len(mlps) and all(type(a) is ReLUSquared and a.inplace for a in acts)
+    assert patched.state_dict().keys() == ref.state_dict().keys()
+    patched.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 5, config.hidden_size, requires_grad=True)
+    ours, theirs = patched.model.layers[0].mlp, ref.model.layers[0].mlp
+    y, y_ref = ours(x), theirs(x)
+    compare(y, y_ref, "mlp")
+    dy = torch.randn_like(y)
+    for g, g_ref, what in zip(
+        torch.autograd.grad(y, (x, *ours.parameters()), dy),
+        torch.autograd.grad(y_ref, (x, *theirs.parameters()), dy),
+        ("dx", "d up", "d down"),
+    ):
+        compare(g, g_ref, what)
+    tt.revert("nemotron")
+    assert not any(isinstance(m, ReLUSquared) for m in causal_lm_class("nemotron")(config).modules())
+    model = copy.deepcopy(ref)
+    tt.patch(model)
+    assert model.tigon_patched["mlp"] == len(mlps)
+    assert all(type(m.act_fn) is ReLUSquared for m in model.modules() if type(m).__name__ == "NemotronMLP")
+    config.hidden_act = "relu6"
+    other = causal_lm_class("nemotron")(config)
+    with pytest.warns(UserWarning, match="no Tigon kernel"):
+        tt.patch(other)
+    assert "mlp" not in other.tigon_patched
+
+
 def test_activation_without_kernel_keeps_transformers_mlp(class_level):
     config = tiny_config("llama")
     config.hidden_act = "relu"

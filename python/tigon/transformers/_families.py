@@ -42,6 +42,9 @@ class Family:
     # mRoPE (Qwen2-VL, Qwen2.5-VL): transformers releases that merge the temporal, height and width sections into the
     # table at apply time call apply_multimodal_rotary_pos_emb; that is rerouted too where the module has it
     mrope: bool = False
+    # a non-gated MLP's activation module attribute (Nemotron's act_fn), taken over by Tigon's pointwise kernel where
+    # the config names an activation it has one for (_modules.POINTWISE_ACTS: the squared ReLU)
+    mlp_act_attr: str | None = None
     mlp_bias: str | None = None  # the config attribute that gives the family's MLP biases (None: never biased)
     mlp_layer_idx: bool = False  # the MLP is built as (config, layer_idx), its width per layer (Gemma 4)
     act_attr: str = "hidden_act"  # config attribute naming the MLP activation
@@ -167,7 +170,7 @@ FAMILIES = {
             "gpt_oss", "GptOss", ("gpt_oss",), norm="olmo2", mlp=None, rope="halves", experts=True, experts_gate=False
         ),
         # LayerNorm families (Cohere's without bias in fp32, Nemotron's 1 + w, nn.LayerNorm); non-gated MLPs stay
-        # transformers'
+        # transformers' but for Nemotron's squared ReLU
         Family(
             "cohere",
             "Cohere",
@@ -194,6 +197,7 @@ FAMILIES = {
             layer_norm="NemotronLayerNorm1P",
             layer_norm_offset=1.0,
             mlp=None,
+            mlp_act_attr="act_fn",  # up, squared ReLU, down
         ),
         Family("starcoder2", "Starcoder2", ("starcoder2",), norm=None, layer_norm="LayerNorm", mlp=None),
         Family("stablelm", "StableLm", ("stablelm",), norm=None, layer_norm="LayerNorm"),

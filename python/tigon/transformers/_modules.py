@@ -7,6 +7,7 @@ import warnings
 
 import torch
 
+from tigon.nn.activation import ReLUSquared
 from tigon.nn.rms_norm import RMSNorm
 from tigon.ops.layer_norm import layer_norm as _tigon_layer_norm
 from tigon.ops.rope import rope as _tigon_rope
@@ -91,6 +92,18 @@ def layer_norm_class(family: Family, base: type) -> type:
             return _tigon_layer_norm(x, weight, bias, eps)
 
     return _register(FamilyLayerNorm, name)
+
+
+# The activations a non-gated MLP's activation module is swapped for (Family.mlp_act_attr), by the config's name. In
+# place: it overwrites the up projection's fresh output, and its backward keeps only its own output, which the down
+# projection saves anyway (transformers' relu-then-square keeps the relu's output besides).
+POINTWISE_ACTS = {"relu2": lambda: ReLUSquared(inplace=True)}
+
+
+def pointwise_act(config, family: Family) -> torch.nn.Module | None:
+    """Tigon's module for the activation the config names for a non-gated MLP; None where Tigon has none."""
+    make = POINTWISE_ACTS.get(getattr(config, family.act_attr, None))
+    return make() if make else None
 
 
 def activation_of(config, family: Family) -> str | None:

@@ -24,6 +24,7 @@ from tigon.transformers._modules import (
     layer_norm_class,
     mlp_class,
     norm_class,
+    pointwise_act,
     rope_functions,
 )
 from tigon.transformers._residual import fuse_residual_norm
@@ -77,7 +78,10 @@ def revert(family: str | None = None, *, model: torch.nn.Module | None = None) -
 
 
 def _gated(family: Family, swiglu: bool) -> bool:
-    return swiglu and (family.mlp is not None or (family.experts and family.experts_gate))
+    """Whether the MLP option applies: gated MLPs and experts, or a non-gated MLP's activation."""
+    return swiglu and (
+        family.mlp is not None or family.mlp_act_attr is not None or (family.experts and family.experts_gate)
+    )
 
 
 def apply_class(
@@ -99,6 +103,9 @@ def apply_class(
             _set(family, cls, "__init__", _converting_init(_original(family, cls, "__init__"), family))
     if swiglu and family.mlp and hasattr(mod, family.mlp_cls):
         _set(family, mod, family.mlp_cls, mlp_class(family, _original(family, mod, family.mlp_cls)))
+    if swiglu and family.mlp_act_attr and hasattr(mod, family.mlp_cls):
+        cls = getattr(mod, family.mlp_cls)
+        _set(family, cls, "__init__", _act_swapping_init(_original(family, cls, "__init__"), family))
     experts = getattr(mod, f"{p}Experts", None)  # older transformers may run the family's experts inline
     if swiglu and family.experts and family.experts_gate and hasattr(experts, "_apply_gate"):
         # the whole block fused where the module allows it; the gate still serves transformers' forward elsewhere
@@ -120,6 +127,33 @@ def apply_class(
         f"{family.module}.{attr if owner is mod else owner.__name__ + '.' + attr}"
         for owner, attr in _saved.get(family.name, {})
     ]
+
+
+def _act_swapping_init(init, family: Family):
+    """__init__ that runs init, then gives the MLP Tigon's module for its activation (Family.mlp_act_attr)."""
+
+    @functools.wraps(init)
+    def __init__(self, config, *args, **kwargs):
+        init(self, config, *args, **kwargs)
+        _swap_act(self, family, config)
+
+    return __init__
+
+
+def _swap_act(mlp: torch.nn.Module, family: Family, config) -> bool:
+    """Sets the non-gated MLP's activation module to Tigon's for the config's activation; False (with a warning)
+    where Tigon has no kernel for it, or where the MLP has no such attribute, and the MLP keeps its own."""
+    config = getattr(mlp, "config", config)
+    new = pointwise_act(config, family)
+    if new is None or not hasattr(mlp, family.mlp_act_attr):
+        warnings.warn(
+            f"tigon: {type(mlp).__name__} with {family.act_attr}={getattr(config, family.act_attr, None)!r} "
+            f"has no Tigon kernel; its activation is left as it is",
+            stacklevel=4,
+        )
+        return False
+    setattr(mlp, family.mlp_act_attr, new)
+    return True
 
 
 def _module_classes(mod) -> list[type]:
@@ -223,6 +257,8 @@ def apply_instance(
                 counts["layer_norm"] += 1
             elif swiglu and family.mlp and mine(child, family.mlp_cls):
                 new, kind = _new_mlp(child, family, model.config), "mlp"
+            elif swiglu and family.mlp_act_attr and mine(child, family.mlp_cls):
+                counts["mlp"] += _swap_act(child, family, model.config)  # the same module, its activation Tigon's
             if new is not None:
                 setattr(parent, name, new)
                 counts[kind] += 1
